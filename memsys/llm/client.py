@@ -1,0 +1,374 @@
+"""One LLM client for every backend: any OpenAI-compatible endpoint, including the
+embedded llama.cpp server (see :mod:`memsys.llm.local`).
+
+Why our own wrapper around the ``openai`` SDK: the benchmark runner and the
+research loop need (1) a retry policy they control -- backoff on 429/5xx/timeouts,
+never on 401/403 -- with failures mapped to the typed errors of
+:mod:`memsys.errors` so the healer can classify them; (2) replayable replies
+(:class:`~memsys.llm.cache.ResponseCache`); (3) a hard cap enforced *before* a call
+(:class:`~memsys.llm.budget.Budget`); (4) per-call accounting
+(:class:`~memsys.llm.budget.UsageLog`). The SDK's own retries are switched off so
+there is exactly one policy. The client is thread-safe: the SDK client is, and
+every piece of shared state here has its own lock.
+
+The API key is read from ``os.environ[cfg.api_key_env]`` at construction and only
+handed to the SDK; it is never logged, cached or put in a message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+from urllib.parse import urlsplit
+
+from memsys.config import LLMConfig
+from memsys.errors import (
+    LLMAuthError,
+    LLMError,
+    LLMRateLimitError,
+    LLMResponseFormatError,
+    LLMServerError,
+    LLMTimeoutError,
+    MemsysError,
+    MissingDependencyError,
+)
+from memsys.llm.budget import Budget, UsageLog, UsageRecord, cost_usd
+from memsys.llm.cache import ResponseCache, request_key
+from memsys.tokens import count_message_tokens, count_tokens
+
+log = logging.getLogger(__name__)
+
+#: key sent to servers that ignore it (embedded llama.cpp, loopback test servers)
+PLACEHOLDER_API_KEY = "sk-local"
+#: never wait longer than this for one backoff, whatever Retry-After says
+MAX_BACKOFF_S = 60.0
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+Message = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMReply:
+    """One chat completion, from the server or the cache."""
+
+    text: str
+    parsed: dict[str, Any] | None  # the JSON object when JSON output was requested, else None
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float  # wall time of chat(), retries and backoff included
+    cost_usd: float  # 0.0 for cache hits: nothing was billed
+    cached: bool
+    model: str
+    finish_reason: str | None = None
+    attempts: int = 1
+    tokens_estimated: bool = False  # the server sent no usage; counts are ours
+
+
+def is_loopback(base_url: str | None) -> bool:
+    if not base_url:
+        return False
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def _first_line(text: Any, limit: int = 200) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def schema_problem(value: Any, schema: Mapping[str, Any], where: str = "$") -> str | None:
+    """First way ``value`` violates the common subset of JSON Schema, or None.
+
+    Covers what structured-output schemas use (type, required, properties,
+    additionalProperties: false, items, enum); jsonschema is not a dependency.
+    """
+    types = schema.get("type")
+    if types is not None:
+        allowed = [types] if isinstance(types, str) else list(types)
+        checks = {
+            "object": lambda v: isinstance(v, dict),
+            "array": lambda v: isinstance(v, list),
+            "string": lambda v: isinstance(v, str),
+            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+            "boolean": lambda v: isinstance(v, bool),
+            "null": lambda v: v is None,
+        }
+        if not any(checks.get(t, lambda v: True)(value) for t in allowed):
+            return f"{where} is {type(value).__name__}, expected {'/'.join(allowed)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where}={_first_line(value, 40)!s} not in enum"
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            return f"{where} lacks required key(s) {', '.join(missing)}"
+        props = schema.get("properties", {})
+        if schema.get("additionalProperties") is False:
+            extra = sorted(set(value) - set(props))
+            if extra:
+                return f"{where} has unexpected key(s) {', '.join(extra)}"
+        for key, sub in props.items():
+            if key in value and isinstance(sub, Mapping):
+                problem = schema_problem(value[key], sub, f"{where}.{key}")
+                if problem:
+                    return problem
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        for i, item in enumerate(value):
+            problem = schema_problem(item, schema["items"], f"{where}[{i}]")
+            if problem:
+                return problem
+    return None
+
+
+def parse_json_reply(text: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Strictly parse a reply as a JSON object (and check it against ``schema``)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise LLMResponseFormatError(f"reply is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {_first_line(text, 80)!r}") from exc
+    if not isinstance(value, dict):
+        raise LLMResponseFormatError(f"reply is JSON {type(value).__name__}, expected an object: {_first_line(text, 80)!r}")
+    if schema is not None:
+        problem = schema_problem(value, schema)
+        if problem:
+            raise LLMResponseFormatError(f"reply does not match the schema ({problem}): {_first_line(text, 80)!r}")
+    return value
+
+
+def response_format_for(json_schema: Mapping[str, Any] | None, json_mode: bool) -> dict[str, Any] | None:
+    """The OpenAI ``response_format`` for a schema (strict structured output) or plain JSON mode."""
+    if json_schema is not None:
+        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(json_schema.get("title", "reply")))[:64]
+        return {"type": "json_schema", "json_schema": {"name": name or "reply", "schema": dict(json_schema), "strict": True}}
+    if json_mode:
+        return {"type": "json_object"}
+    return None
+
+
+class LLMClient:
+    """Chat completions with retries, typed errors, caching, budget and usage accounting."""
+
+    def __init__(
+        self,
+        cfg: LLMConfig,
+        *,
+        cache: ResponseCache | None = None,
+        budget: Budget | None = None,
+        usage: UsageLog | None = None,
+        base_url: str | None = None,
+        cache_tag: str | None = None,
+    ) -> None:
+        """``cache_tag`` joins the cache key, e.g. the hash of a local GGUF, so two
+        different weight files served under one model name never share replies."""
+        try:
+            import openai
+        except ImportError as exc:  # pragma: no cover - a core dependency
+            raise MissingDependencyError("the openai package is not installed: pip install -e .") from exc
+        self.cfg = cfg
+        self.cache = cache if cfg.cache else None
+        self.budget = budget
+        self.usage = usage
+        self.cache_tag = cache_tag
+        self.base_url = base_url or cfg.base_url
+        self._openai = openai
+        self._client = openai.OpenAI(
+            api_key=self._api_key(),
+            base_url=self.base_url,
+            timeout=cfg.timeout_s,
+            max_retries=0,  # our retry policy, not the SDK's
+        )
+
+    def _api_key(self) -> str:
+        if self.cfg.backend == "local":
+            return PLACEHOLDER_API_KEY  # never send a real key to the embedded server
+        key = os.environ.get(self.cfg.api_key_env, "")
+        if key:
+            return key
+        if is_loopback(self.base_url):
+            return PLACEHOLDER_API_KEY
+        raise LLMAuthError(f"no API key: set ${self.cfg.api_key_env} for backend '{self.cfg.backend}' at {self.base_url or 'api.openai.com'}")
+
+    @property
+    def endpoint(self) -> str:
+        """host:port of the server, for messages (never the key)."""
+        parts = urlsplit(str(self._client.base_url))
+        return parts.netloc or str(self._client.base_url)
+
+    # --- public API -----------------------------------------------------------
+    def chat(
+        self,
+        messages: Sequence[Message],
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> LLMReply:
+        """One chat completion. With ``json_schema`` / ``json_mode`` the reply must be a
+        JSON object (``reply.parsed``), else :class:`LLMResponseFormatError`."""
+        started = time.perf_counter()
+        messages = [dict(m) for m in messages]
+        max_tokens = self.cfg.max_tokens if max_tokens is None else max_tokens
+        temperature = self.cfg.temperature if temperature is None else temperature
+        response_format = response_format_for(json_schema, json_mode)
+        wants_json = response_format is not None
+        model_key = self.cfg.model if not self.cache_tag else f"{self.cfg.model}@{self.cache_tag}"
+        key = request_key(
+            model=model_key, messages=messages, response_format=response_format,
+            temperature=temperature, max_tokens=max_tokens, seed=self.cfg.seed,
+        )
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                reply = LLMReply(
+                    text=hit["text"], parsed=hit.get("parsed"), prompt_tokens=hit["prompt_tokens"],
+                    completion_tokens=hit["completion_tokens"], latency_s=time.perf_counter() - started,
+                    cost_usd=0.0, cached=True, model=hit["model"], finish_reason=hit.get("finish_reason"),
+                    attempts=0, tokens_estimated=hit.get("tokens_estimated", False),
+                )
+                self._record(reply)
+                return reply
+
+        prompt_estimate = count_message_tokens(messages)
+        reservation = None
+        if self.budget is not None:
+            worst = cost_usd(prompt_estimate, max_tokens, self.cfg.price_input_per_1m, self.cfg.price_output_per_1m)
+            reservation = self.budget.reserve(prompt_estimate, max_tokens, worst)
+        params: dict[str, Any] = {
+            "model": self.cfg.model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+        }
+        if self.cfg.seed is not None:
+            params["seed"] = self.cfg.seed
+        if response_format is not None:
+            params["response_format"] = response_format
+        try:
+            completion, attempts = self._create_with_retries(params)
+            text, finish_reason, model, prompt_tokens, completion_tokens, estimated = self._unpack(completion, messages)
+        except MemsysError as exc:
+            if reservation is not None:
+                self.budget.release(reservation)  # type: ignore[union-attr]
+            self._record_failure(started, getattr(exc, "attempts", 1), exc)
+            raise
+        cost = cost_usd(prompt_tokens, completion_tokens, self.cfg.price_input_per_1m, self.cfg.price_output_per_1m)
+        if reservation is not None:
+            self.budget.commit(reservation, prompt_tokens, completion_tokens, cost)  # type: ignore[union-attr]
+        parsed = None
+        latency = time.perf_counter() - started
+        if wants_json:
+            try:
+                parsed = parse_json_reply(text, json_schema)
+            except LLMResponseFormatError as exc:
+                self._record(LLMReply(text, None, prompt_tokens, completion_tokens, latency, cost, False, model,
+                                      finish_reason, attempts, estimated), ok=False, error_kind=exc.kind)
+                raise
+        reply = LLMReply(text, parsed, prompt_tokens, completion_tokens, latency, cost, False, model,
+                         finish_reason, attempts, estimated)
+        if self.cache is not None:
+            self.cache.put(key, model_key, {
+                "text": text, "parsed": parsed, "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens, "model": model, "finish_reason": finish_reason,
+                "tokens_estimated": estimated,
+            })
+        self._record(reply)
+        return reply
+
+    def chat_json(self, messages: Sequence[Message], schema: Mapping[str, Any], *, max_tokens: int | None = None) -> dict[str, Any]:
+        """The reply as a dict that satisfies ``schema`` (sent as strict structured output)."""
+        reply = self.chat(messages, json_schema=schema, max_tokens=max_tokens)
+        assert reply.parsed is not None
+        return reply.parsed
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "LLMClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals ------------------------------------------------------------
+    def _create_with_retries(self, params: dict[str, Any]) -> tuple[Any, int]:
+        """Call the server up to 1 + max_retries times; map the last failure to a typed error."""
+        oa = self._openai
+        attempts_allowed = 1 + max(0, self.cfg.max_retries)
+        for attempt in range(1, attempts_allowed + 1):
+            retry_after: float | None = None
+            try:
+                return self._client.chat.completions.create(**params), attempt
+            except (oa.AuthenticationError, oa.PermissionDeniedError) as exc:
+                raise self._typed(LLMAuthError, f"LLM auth failed (HTTP {exc.status_code})", exc, attempt) from exc
+            except oa.RateLimitError as exc:
+                error: MemsysError = self._typed(LLMRateLimitError, "LLM rate-limited (HTTP 429)", exc, attempt)
+                retry_after = _retry_after_s(exc)
+            except oa.APITimeoutError as exc:
+                error = self._typed(LLMTimeoutError, f"LLM call timed out after {self.cfg.timeout_s:g} s", exc, attempt)
+            except oa.APIConnectionError as exc:
+                error = self._typed(LLMServerError, "LLM connection failed", exc, attempt)
+            except oa.APIResponseValidationError as exc:
+                raise self._typed(LLMResponseFormatError, "malformed response body", exc, attempt) from exc
+            except oa.APIStatusError as exc:
+                if exc.status_code < 500:  # 400/404/422: the request is wrong, retrying cannot help
+                    raise self._typed(LLMError, f"LLM request rejected (HTTP {exc.status_code})", exc, attempt) from exc
+                error = self._typed(LLMServerError, f"LLM server error (HTTP {exc.status_code})", exc, attempt)
+            except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
+                raise self._typed(LLMResponseFormatError, "malformed response body", exc, attempt) from exc
+            if attempt == attempts_allowed:
+                raise error
+            delay = min(MAX_BACKOFF_S, self.cfg.backoff_s * 2 ** (attempt - 1) * (1 + 0.25 * random.random()))
+            if retry_after is not None:
+                delay = min(MAX_BACKOFF_S, max(delay, retry_after))
+            log.warning("%s; retry %d/%d in %.2f s", error, attempt, attempts_allowed - 1, delay)
+            time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _typed(self, cls: type[MemsysError], what: str, exc: Exception, attempt: int) -> MemsysError:
+        detail = getattr(exc, "message", None) or str(exc) or exc.__class__.__name__
+        plural = "s" if attempt != 1 else ""
+        err = cls(f"{what} after {attempt} attempt{plural} at {self.endpoint} model={self.cfg.model}: {_first_line(detail)}")
+        err.attempts = attempt  # type: ignore[attr-defined]
+        return err
+
+    def _unpack(self, completion: Any, messages: list[dict[str, Any]]) -> tuple[str, str | None, str, int, int, bool]:
+        try:
+            choice = completion.choices[0]
+            text = choice.message.content or ""
+            finish_reason = choice.finish_reason
+            model = completion.model or self.cfg.model
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise LLMResponseFormatError(
+                f"malformed chat completion from {self.endpoint}: {_first_line(completion, 80)!r}"
+            ) from exc
+        usage = getattr(completion, "usage", None)
+        if usage is not None and usage.prompt_tokens is not None:
+            return text, finish_reason, model, int(usage.prompt_tokens), int(usage.completion_tokens or 0), False
+        return text, finish_reason, model, count_message_tokens(messages), count_tokens(text), True
+
+    def _record(self, reply: LLMReply, ok: bool = True, error_kind: str | None = None) -> None:
+        if self.usage is not None:
+            self.usage.add(UsageRecord(
+                model=reply.model, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached,
+                attempts=reply.attempts, ok=ok, error_kind=error_kind,
+            ))
+
+    def _record_failure(self, started: float, attempts: int, exc: MemsysError) -> None:
+        if self.usage is not None:
+            self.usage.add(UsageRecord(
+                model=self.cfg.model, prompt_tokens=0, completion_tokens=0, latency_s=time.perf_counter() - started,
+                cost_usd=0.0, cached=False, attempts=attempts, ok=False, error_kind=exc.kind,
+            ))
+
+
+def _retry_after_s(exc: Any) -> float | None:
+    """Seconds from a Retry-After header (numeric form only), if the server sent one."""
+    try:
+        value = exc.response.headers.get("retry-after")
+        return float(value) if value is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return None

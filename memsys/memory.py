@@ -1,0 +1,187 @@
+"""The public API: a memory you can use in five lines.
+
+    mem = Memory.create("runs/stores/demo", "omni")
+    mem.add([Turn("D1:1", "Caroline", "I went to a support group yesterday.", ts, "S1")])
+    hits = mem.retrieve("When did Caroline go to the support group?")
+    print(mem.context("...", budget_tokens=2000).render())
+    mem.save()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from memsys.config import MemoryConfig, load_memory_config, to_container, validate
+from memsys.embed import Embedder, make_embedder
+from memsys.errors import ConfigError, DuplicateIdError, InputError
+from memsys.ingest.text import IngestReport, build_text_maus, validate_turn
+from memsys.ingest.text_gate import TextNoveltyGate
+from memsys.records import MAU, Link, LinkKind, Turn
+from memsys.retrieve.context import Context
+from memsys.retrieve.retriever import Retrieval, Retriever
+from memsys.store.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+
+def _resolve_config(config: MemoryConfig | str | dict | None, overrides: Sequence[str] = ()) -> MemoryConfig:
+    if isinstance(config, MemoryConfig):
+        return config
+    if config is None or isinstance(config, str):
+        return load_memory_config(config or "omni", overrides)
+    if isinstance(config, dict):
+        return validate(MemoryConfig, config, where="memory config")
+    raise ConfigError(f"memory config must be a preset name, dict or MemoryConfig, got {type(config).__name__}")
+
+
+class Memory:
+    """A memory store plus the configured embedder, ingestion gates and retriever."""
+
+    def __init__(self, store: MemoryStore, cfg: MemoryConfig, embedder: Embedder | None = None):
+        self.store, self.cfg = store, cfg
+        self.embedder = embedder or make_embedder(cfg.embedder)
+        if self.embedder.dim != store.dim:
+            raise ConfigError(f"embedder dim {self.embedder.dim} != store dim {store.dim} ({store.path})")
+        self._gate = TextNoveltyGate(cfg.ingest.text)
+        self._gate.seed([m.summary for m in store.maus])
+        self._last_in_session: dict[str, str] = {}
+        for m in store.maus:
+            if m.session_id:
+                self._last_in_session[m.session_id] = m.id
+        self._graph = None
+        self._retriever: Retriever | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(cls, path: str | Path, config: MemoryConfig | str | dict | None = "omni", *,
+               overrides: Sequence[str] = (), embedder: Embedder | None = None) -> "Memory":
+        cfg = _resolve_config(config, overrides)
+        emb = embedder or make_embedder(cfg.embedder)
+        store = MemoryStore.create(
+            path, embedder_name=emb.name, dim=emb.dim,
+            sparse_backend=cfg.retrieval.sparse_backend, sparse_fields=cfg.retrieval.sparse_fields,
+            extra={"memory_config": to_container(cfg)},
+        )
+        return cls(store, cfg, emb)
+
+    @classmethod
+    def open(cls, path: str | Path, config: MemoryConfig | str | dict | None = None, *,
+             read_only: bool = False, overrides: Sequence[str] = (),
+             embedder: Embedder | None = None) -> "Memory":
+        """Open a store; without ``config`` the config it was created with is used."""
+        store = MemoryStore.open(path, read_only=read_only)
+        if config is None and not overrides:
+            saved = store.manifest.get("extra", {}).get("memory_config")
+            cfg = validate(MemoryConfig, saved, where=f"config saved in {store.path}") if saved else _resolve_config(None)
+        else:
+            cfg = _resolve_config(config, overrides)
+        emb = embedder or make_embedder(cfg.embedder)
+        if emb.name != store.manifest["embedder"]["name"]:
+            raise ConfigError(
+                f"store {store.path} was built with embedder {store.manifest['embedder']['name']!r}, config uses {emb.name!r}"
+            )
+        return cls(store, cfg, emb)
+
+    def save(self) -> None:
+        self.store.save()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self.store.read_only and exc[0] is None:
+            self.save()
+        self.close()
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    # ------------------------------------------------------------------ ingestion
+    def add(self, turns: Iterable[Turn] | Turn, *, batch_size: int = 256, progress: bool = False) -> IngestReport:
+        """Gate, embed and store turns. Each batch is one transaction: a crash loses at most one batch."""
+        if isinstance(turns, Turn):
+            turns = [turns]
+        turns = list(turns)
+        seen: set[str] = set()
+        for i, t in enumerate(turns):
+            validate_turn(t, where=f"input #{i}: ")
+            if t.id in seen or t.id in self.store.positions:
+                raise DuplicateIdError(f"duplicate turn id {t.id!r} (input #{i}); ids must be unique in a store")
+            seen.add(t.id)
+        report = IngestReport()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(turns), unit="turn", desc="ingest")
+        with self._lock:
+            for start in range(0, len(turns), batch_size):
+                batch = turns[start : start + batch_size]
+                stored_next: dict[str, str] = {}
+                maus = build_text_maus(batch, self.cfg.ingest, self._gate, self.store.cold, report,
+                                       self._last_in_session, stored_next)
+                self._embed_and_store(maus)
+                if stored_next:
+                    updates = []
+                    for prev_id, next_id in stored_next.items():
+                        prev = self.store.get(prev_id)
+                        prev.links.append(Link(LinkKind.NEXT, next_id))
+                        updates.append(prev)
+                    self.store.update(updates)
+                if bar:
+                    bar.update(len(batch))
+            self._retriever = None
+        if bar:
+            bar.close()
+        return report
+
+    def add_turn(self, speaker: str, text: str, timestamp: datetime | None = None, id: str | None = None,
+                 session_id: str | None = None) -> IngestReport:
+        return self.add(Turn(id or f"t{len(self.store) + 1}", speaker, text, timestamp, session_id))
+
+    def add_maus(self, maus: Sequence[MAU]) -> None:
+        """Store ready-made MAUs (e.g. from compression or media ingestion); embeds missing vectors."""
+        with self._lock:
+            self._embed_and_store(list(maus))
+            self._retriever = None
+
+    def _embed_and_store(self, maus: list[MAU]) -> None:
+        todo = [m for m in maus if m.embedding is None]
+        if todo:
+            vecs = self.embedder.embed([m.summary for m in todo])
+            for m, v in zip(todo, vecs):
+                m.embedding = v
+        self.store.add(maus)
+
+    # ------------------------------------------------------------------ retrieval
+    def attach_graph(self, graph: Any) -> None:
+        """Use a knowledge graph (memsys.graph) for query-time augmentation."""
+        self._graph = graph
+        self._retriever = None
+
+    @property
+    def retriever(self) -> Retriever:
+        r = self._retriever
+        if r is None:
+            with self._lock:
+                if self._retriever is None:
+                    self._retriever = Retriever(self.store, self.embedder, self.cfg, self._graph)
+                r = self._retriever
+        return r
+
+    def retrieve(self, query: str, *, budget_tokens: int | None = None) -> Retrieval:
+        if not isinstance(query, str) or not query.strip():
+            raise InputError("empty query")
+        return self.retriever.retrieve(query, budget_tokens=budget_tokens)
+
+    def context(self, query: str, *, budget_tokens: int | None = None) -> Context:
+        return self.retrieve(query, budget_tokens=budget_tokens).context

@@ -1,0 +1,1 @@
+"""Retrieval: dense + sparse search, merge strategies, graph augmentation, pyramid."""

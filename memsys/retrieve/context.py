@@ -1,0 +1,86 @@
+"""The context handed to a reader: which MAUs, at which pyramid level, and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memsys.records import MAU, Modality
+from memsys.temporal import format_date
+
+
+@dataclass
+class MediaPart:
+    """Raw media loaded at pyramid level 3 for a vision/audio-capable reader."""
+
+    modality: Modality
+    pointer: str
+    path: str
+    mime: str
+    tokens: int
+
+
+@dataclass
+class ContextItem:
+    mau: MAU
+    rank: int  # position in the merged candidate list (0 = best)
+    similarity: float  # dense cosine with the query, for every candidate
+    sources: set[str]  # dense / sparse / graph
+    level: int  # 1 summary, 2 full text, 3 raw content
+    reason: str  # why this level was reached (or not)
+    text: str  # what the reader sees for this item
+    tokens: int
+    fused_score: float = 0.0
+    media: list[MediaPart] = field(default_factory=list)
+
+    def header(self, include_metadata: bool = True) -> str:
+        if not include_metadata:
+            return ""
+        parts = []
+        if self.mau.timestamp:
+            parts.append(f"[{format_date(self.mau.timestamp)} {self.mau.timestamp:%H:%M}]")
+        if self.mau.speaker:
+            parts.append(f"{self.mau.speaker}:")
+        return " ".join(parts)
+
+
+@dataclass
+class Context:
+    query: str
+    items: list[ContextItem]
+    budget_tokens: int
+    dropped: list[tuple[str, str]] = field(default_factory=list)  # (mau id, reason)
+    graph_facts: list[str] = field(default_factory=list)
+    graph_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(i.tokens for i in self.items) + self.graph_tokens
+
+    @property
+    def mau_ids(self) -> list[str]:
+        return [i.mau.id for i in self.items]
+
+    @property
+    def source_ids(self) -> list[str]:
+        """Ids in the source data (LoCoMo dia_id...), in context order, for evidence metrics."""
+        out: list[str] = []
+        for i in self.items:
+            for sid in i.mau.details.get("source_ids", [i.mau.source_id]):
+                if sid and sid not in out:
+                    out.append(sid)
+        return out
+
+    def render(self, include_metadata: bool = True, include_graph: bool = True) -> str:
+        """Plain-text memories, best first, then graph facts."""
+        lines = []
+        for n, item in enumerate(self.items, start=1):
+            head = item.header(include_metadata)
+            text = item.text
+            if include_metadata and item.mau.details.get("resolved_times"):
+                text += " (" + "; ".join(item.mau.details["resolved_times"]) + ")"
+            lines.append(f"{n}. {head} {text}".replace("  ", " ").strip())
+        if include_graph and self.graph_facts:
+            lines.append("")
+            lines.append("Related facts from the knowledge graph:")
+            lines.extend(f"- {f}" for f in self.graph_facts)
+        return "\n".join(lines)

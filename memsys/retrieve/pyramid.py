@@ -1,0 +1,129 @@
+"""Pyramid retrieval under a token budget. Deterministic rules, no LLM judgment.
+
+Level 1: the (cut) summary of every top-k candidate, in rank order, while the
+budget lasts. Level 2: full text for candidates whose dense similarity exceeds
+theta, most similar first. Level 3: raw content from cold storage, greedily by
+similarity per token, in what budget remains. Every item records the level it
+reached and why, so the research loop can see what the gates did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from memsys.config import AnswerConfig, PyramidConfig
+from memsys.records import MAU
+from memsys.retrieve.context import Context, ContextItem, MediaPart
+
+
+@dataclass
+class RankedCandidate:
+    mau: MAU
+    similarity: float
+    sources: set[str]
+    fused_score: float = 0.0
+
+
+@dataclass
+class RawContent:
+    """What level 3 would add for a MAU: text, or media with a fixed token cost."""
+
+    text: str | None = None
+    media: MediaPart | None = None
+
+
+def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
+    if count(text) <= max_tokens:
+        return text
+    words = text.split()
+    lo, hi = 0, len(words)
+    while lo < hi:  # longest word prefix within the limit
+        mid = (lo + hi + 1) // 2
+        if count(" ".join(words[:mid]) + " ...") <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + " ..."
+
+
+def build_pyramid(
+    query: str,
+    candidates: Sequence[RankedCandidate],
+    cfg: PyramidConfig,
+    answer_cfg: AnswerConfig,
+    count_tokens: Callable[[str], int],
+    load_raw: Callable[[MAU], RawContent | None],
+    reserved_tokens: int = 0,
+) -> Context:
+    budget = cfg.budget_tokens
+    remaining = budget - reserved_tokens
+    ctx = Context(query=query, items=[], budget_tokens=budget)
+
+    # Level 1: summaries in rank order
+    for rank, c in enumerate(candidates):
+        text = cut_to_tokens(c.mau.summary, cfg.summary_max_tokens, count_tokens)
+        tokens = count_tokens(text)
+        if tokens > remaining:
+            ctx.dropped.append((c.mau.id, f"level 1 summary ({tokens} tok) over remaining budget {remaining}"))
+            continue
+        remaining -= tokens
+        ctx.items.append(ContextItem(
+            mau=c.mau, rank=rank, similarity=c.similarity, sources=set(c.sources), level=1,
+            reason="top-k summary", text=text, tokens=tokens, fused_score=c.fused_score,
+        ))
+    if not cfg.enabled or answer_cfg.context_text == "summary":
+        for item in ctx.items:
+            item.reason += "; pyramid off" if not cfg.enabled else "; summaries only"
+        return ctx
+
+    # Level 2: full text above theta, most similar first
+    for item in sorted(ctx.items, key=lambda i: (-i.similarity, i.rank)):
+        if item.similarity <= cfg.theta:
+            item.reason += f"; sim {item.similarity:.2f} <= theta {cfg.theta}"
+            continue
+        full = item.mau.full_text
+        if answer_cfg.context_text == "both" and full != item.mau.summary:
+            full = f"{item.mau.summary} | original: {full}"
+        if full == item.text:
+            item.level, item.reason = 2, item.reason + f"; sim {item.similarity:.2f} > theta, summary is the full text"
+            continue
+        extra = count_tokens(full) - item.tokens
+        if extra > remaining:
+            item.reason += f"; level 2 needs {extra} tok, {remaining} left"
+            continue
+        remaining -= extra
+        item.text, item.tokens, item.level = full, item.tokens + extra, 2
+        item.reason += f"; sim {item.similarity:.2f} > theta {cfg.theta}: full text"
+
+    if not cfg.level3:
+        return ctx
+
+    # Level 3: raw content by similarity per token, greedy
+    offers = []
+    for item in ctx.items:
+        raw = load_raw(item.mau)
+        if raw is None:
+            continue
+        if raw.media is not None:
+            cost = raw.media.tokens
+        elif raw.text and raw.text.strip() != item.text.strip() and raw.text not in item.text:
+            cost = count_tokens(raw.text)
+        else:
+            continue
+        offers.append((item.similarity / max(cost, 1), item, raw, cost))
+    for _, item, raw, cost in sorted(offers, key=lambda o: (-o[0], o[1].rank)):
+        if cost > remaining:
+            item.reason += f"; level 3 needs {cost} tok, {remaining} left"
+            continue
+        remaining -= cost
+        item.level = 3
+        if raw.media is not None:
+            item.media.append(raw.media)
+            item.tokens += cost
+            item.reason += f"; level 3: raw {raw.media.modality.value} ({cost} tok)"
+        else:
+            item.text = f"{item.text}\n   raw: {raw.text}"
+            item.tokens += cost
+            item.reason += f"; level 3: raw text ({cost} tok)"
+    return ctx

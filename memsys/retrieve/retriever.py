@@ -1,0 +1,171 @@
+"""Hybrid retrieval over a store: dense + BM25, merge, graph augmentation, pyramid.
+
+Read-only after construction, so one Retriever serves many threads (the index
+searches and the cold-tier reads hold no shared mutable state).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from memsys.config import MemoryConfig
+from memsys.embed import Embedder
+from memsys.records import MAU, Modality, Status
+from memsys.retrieve.context import Context, MediaPart
+from memsys.retrieve.merge import MERGERS, needs
+from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
+from memsys.store.store import MemoryStore
+from memsys.tokens import count_tokens
+
+
+class GraphAugmenter(Protocol):
+    """What retrieval needs from the knowledge graph (memsys.graph implements it)."""
+
+    def augment(self, query: str) -> tuple[list[tuple[str, float]], list[str]]:
+        """MAU ids linked to high-scoring entities (with score), and fact lines for the reader."""
+
+
+@dataclass
+class Retrieval:
+    query: str
+    candidates: list[RankedCandidate]
+    context: Context
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def items(self):
+        return self.context.items
+
+
+_MIME = {"image": "image/jpeg", "audio": "audio/wav", "video": "video/mp4"}
+
+
+class Retriever:
+    def __init__(self, store: MemoryStore, embedder: Embedder, cfg: MemoryConfig,
+                 graph: GraphAugmenter | None = None):
+        self.store, self.embedder, self.cfg, self.graph = store, embedder, cfg, graph
+        rc = cfg.retrieval
+        if rc.merge not in MERGERS:
+            from memsys.errors import ConfigError
+
+            raise ConfigError(f"unknown merge strategy '{rc.merge}' ({' | '.join(MERGERS)})")
+        store.use_sparse_backend(rc.sparse_backend)
+        if rc.sparse_fields != store.sparse_fields:
+            store.sparse_fields = rc.sparse_fields
+            store._sparse_stale = True
+
+    # ------------------------------------------------------------------ search
+    def search(self, query: str, query_vec: np.ndarray | None = None,
+               timings: dict[str, float] | None = None) -> list[RankedCandidate]:
+        """Merged candidates R(q) (+ graph MAUs), each with its dense similarity."""
+        rc = self.cfg.retrieval
+        t = timings if timings is not None else {}
+        want_dense, want_sparse = needs(rc.merge)
+        t0 = time.perf_counter()
+        if query_vec is None:
+            query_vec = self.embedder.embed_one(query)
+        t1 = time.perf_counter()
+        t["embed"] = (t1 - t0) * 1e3
+        active = self.store.active_mask(rc.include_archived)
+        over = 1 if active is None or active.all() else 3  # over-fetch when some MAUs are archived
+        dense = self.store.dense.search(query_vec, rc.dense_k * over) if want_dense else []
+        t2 = time.perf_counter()
+        sparse = self.store.sparse().search(query, rc.sparse_k * over) if want_sparse else []
+        t3 = time.perf_counter()
+        if active is not None:
+            dense = [h for h in dense if active[h[0]]][: rc.dense_k]
+            sparse = [h for h in sparse if active[h[0]]][: rc.sparse_k]
+        merged = MERGERS[rc.merge](dense, sparse, rc.top_k, rrf_k=rc.rrf_k, alpha=rc.linear_alpha)
+        positions = [c.position for c in merged]
+        sims = self.store.similarity(query_vec, positions)
+        out = [
+            RankedCandidate(self.store.maus[c.position], float(sims[i]), c.sources, c.fused_score)
+            for i, c in enumerate(merged)
+        ]
+        t4 = time.perf_counter()
+        t.update(dense=(t2 - t1) * 1e3, sparse=(t3 - t2) * 1e3, merge=(t4 - t3) * 1e3)
+        return out
+
+    def _graph(self, query: str, query_vec: np.ndarray, cands: list[RankedCandidate],
+               timings: dict[str, float]) -> list[str]:
+        if self.graph is None or not self.cfg.graph.enabled:
+            return []
+        t0 = time.perf_counter()
+        linked, facts = self.graph.augment(query)
+        have = {c.mau.id for c in cands}
+        extra = [mid for mid, _ in linked if mid not in have and mid in self.store.positions]
+        extra = extra[: self.cfg.graph.max_maus]
+        if extra:
+            pos = [self.store.positions[m] for m in extra]
+            sims = self.store.similarity(query_vec, pos)
+            for mid, s in zip(extra, sims):
+                m = self.store.get(mid)
+                if m.status != Status.ARCHIVED:
+                    cands.append(RankedCandidate(m, float(s), {"graph"}, 0.0))
+        timings["graph"] = (time.perf_counter() - t0) * 1e3
+        return facts[: self.cfg.graph.max_facts]
+
+    # ------------------------------------------------------------------ retrieve
+    def retrieve(self, query: str, *, budget_tokens: int | None = None,
+                 query_vec: np.ndarray | None = None) -> Retrieval:
+        timings: dict[str, float] = {}
+        if query_vec is None:
+            t0 = time.perf_counter()
+            query_vec = self.embedder.embed_one(query)
+            timings["embed"] = (time.perf_counter() - t0) * 1e3
+            embed_ms = timings["embed"]
+        else:
+            embed_ms = 0.0
+        cands = self.search(query, query_vec=query_vec, timings=timings)
+        timings["embed"] = embed_ms
+        facts = self._graph(query, query_vec, cands, timings)
+        t0 = time.perf_counter()
+        pcfg = self.cfg.pyramid
+        if budget_tokens is not None:
+            from dataclasses import replace
+
+            pcfg = replace(pcfg, budget_tokens=budget_tokens)
+        fact_tokens = count_tokens("\n".join(facts)) if facts and self.cfg.answer.include_graph_facts else 0
+        if fact_tokens > pcfg.budget_tokens // 4:  # graph facts never crowd out the memories
+            while facts and count_tokens("\n".join(facts)) > pcfg.budget_tokens // 4:
+                facts.pop()
+            fact_tokens = count_tokens("\n".join(facts)) if facts else 0
+        ctx = build_pyramid(query, cands, pcfg, self.cfg.answer, count_tokens, self.load_raw,
+                            reserved_tokens=fact_tokens)
+        if self.cfg.answer.include_graph_facts:
+            ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
+        timings["pyramid"] = (time.perf_counter() - t0) * 1e3
+        return Retrieval(query, cands, ctx, timings)
+
+    def load_raw(self, mau: MAU) -> RawContent | None:
+        """Level-3 content: raw text from the cold tier, or a media part with its token cost."""
+        if not mau.pointer:
+            return None
+        if mau.modality == Modality.TEXT:
+            try:
+                raw = json.loads(self.store.cold.get_text(mau.pointer))
+            except Exception:
+                return None
+            if isinstance(raw, dict):
+                if "turns" in raw:  # a compressed MAU: the original window of turns
+                    return RawContent(text=" ".join(f"{t.get('speaker')}: {t.get('text')}" for t in raw["turns"]))
+                text = str(raw.get("text") or "")
+                if not text.strip() or text.strip() in mau.full_text:
+                    return None  # level 2 already shows every word of the raw turn
+                return RawContent(text=f"{raw.get('speaker')}: {text}")
+            return None
+        cost = int(self.cfg.pyramid.modality_tokens.get(mau.modality.value, 500))
+        path = str(self.store.cold.path(mau.pointer))
+        return RawContent(media=MediaPart(mau.modality, mau.pointer, path,
+                                          mau.details.get("mime", _MIME.get(mau.modality.value, "application/octet-stream")), cost))
+
+
+def retrieve_many(retriever: Retriever, queries: Sequence[str]) -> list[Retrieval]:
+    """Batch-embed queries once, then retrieve each (cheaper than one embed per query)."""
+    vecs = retriever.embedder.embed(list(queries))
+    return [retriever.retrieve(q, query_vec=v) for q, v in zip(queries, vecs)]
