@@ -50,11 +50,49 @@ class CompressionConfig:
 
 
 @dataclass
+class MediaConfig:
+    """Images, audio and video as MAUs (memsys.media): novelty gates and limits.
+
+    Gate thresholds are the released code's (DESIGN.md section 2). The vision
+    thresholds were set for CLIP ViT-B/32; the offline default encoder is a
+    perceptual descriptor (NOT semantic) whose cosine is mean-centred so that the
+    same thresholds separate near-duplicates from distinct pictures.
+    """
+
+    image_encoder: str = "perceptual"  # perceptual (offline, not semantic) | clip (needs a checkpoint)
+    clip_model: str = "ViT-B-32"  # open_clip architecture name
+    clip_checkpoint: str | None = None  # path to a CLIP checkpoint file (no weights ship on PyPI)
+    clip_device: str = "cpu"
+    vision_reject_above: float = 0.9  # cosine to the reference frame above this: static, not stored
+    vision_accept_below: float = 0.7  # below this: novel, becomes the new reference
+    vision_window: int = 1  # reference images compared against (1 = the last accepted, as released)
+    image_uncertain: str = "keep"  # keep | drop: an image between the two thresholds
+    video_sample_fps: float = 1.0  # frames per second run through the vision gate
+    video_max_frames: int = 3600  # sampled frames per video, at most
+    keyframe_max_side: int = 512  # keyframes are downscaled to this longest side (pixels)
+    keyframe_jpeg_quality: int = 85
+    vad_threshold: float = 0.5  # Silero speech probability above this: speech
+    silence_energy: float = 0.01  # RMS (full scale 1.0) below this: silence
+    min_speech_ms: int = 500  # shorter speech segments are "uncertain"
+    audio_keep_uncertain: bool = True  # store uncertain (short) speech segments, flagged
+    vad_min_silence_ms: int = 100  # a pause this long ends a speech segment
+    vad_speech_pad_ms: int = 30
+    audio_sample_rate: int = 16000  # other rates are resampled to this (Silero needs 8k/16k)
+    min_sample_rate: int = 8000  # below this an audio file is rejected, not resampled
+    crossmodal: bool = True  # an image whose caption repeats recent text is redundant
+    crossmodal_reject_above: float = 0.8  # Jaccard of word sets vs the text gate's recent window
+    max_image_bytes: int = 20 * 2**20
+    max_audio_bytes: int = 200 * 2**20
+    max_video_bytes: int = 1024 * 2**20
+
+
+@dataclass
 class IngestConfig:
     text: TextNoveltyConfig = field(default_factory=TextNoveltyConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     resolve_relative_time: bool = True
     link_sessions: bool = True  # prev/next links between consecutive turns of a session
+    media: MediaConfig = field(default_factory=MediaConfig)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import threading
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from memsys.config import MemoryConfig, load_memory_config, to_container, validate
 from memsys.embed import Embedder, make_embedder
@@ -25,6 +25,9 @@ from memsys.records import MAU, Link, LinkKind, Turn
 from memsys.retrieve.context import Context
 from memsys.retrieve.retriever import Retrieval, Retriever
 from memsys.store.store import MemoryStore
+
+if TYPE_CHECKING:
+    from memsys.answer.generate import Answer
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +109,13 @@ class Memory:
         return len(self.store)
 
     # ------------------------------------------------------------------ ingestion
-    def add(self, turns: Iterable[Turn] | Turn, *, batch_size: int = 256, progress: bool = False) -> IngestReport:
-        """Gate, embed and store turns. Each batch is one transaction: a crash loses at most one batch."""
+    def add(self, turns: Iterable[Turn] | Turn, *, batch_size: int = 256, progress: bool = False,
+            llm: Any = None) -> IngestReport:
+        """Gate, embed and store turns. Each batch is one transaction: a crash loses at most one batch.
+
+        With ``ingest.compression.enabled`` the accepted turns are also rewritten by
+        ``llm`` into restatement MAUs (the raw turns stay stored next to them).
+        """
         if isinstance(turns, Turn):
             turns = [turns]
         turns = list(turns)
@@ -139,10 +147,23 @@ class Memory:
                     self.store.update(updates)
                 if bar:
                     bar.update(len(batch))
+            if self.cfg.ingest.compression.enabled:
+                self._compress(turns, report, llm)
             self._retriever = None
         if bar:
             bar.close()
         return report
+
+    def _compress(self, turns: list[Turn], report: IngestReport, llm: Any) -> None:
+        from memsys.ingest.compress import compress_turns
+
+        if llm is None:
+            raise ConfigError("ingest.compression.enabled needs an LLM: pass llm= to Memory.add")
+        accepted = [t for t in turns if report.decisions.get(t.id) and report.decisions[t.id].accepted]
+        maus, crep = compress_turns(llm, accepted, self.cfg.ingest.compression, self.store.cold,
+                                    self.embedder.embed, self.store.embeddings)
+        self.store.add(maus)
+        report.compression = crep
 
     def add_turn(self, speaker: str, text: str, timestamp: datetime | None = None, id: str | None = None,
                  session_id: str | None = None) -> IngestReport:
@@ -185,3 +206,13 @@ class Memory:
 
     def context(self, query: str, *, budget_tokens: int | None = None) -> Context:
         return self.retrieve(query, budget_tokens=budget_tokens).context
+
+
+    def ask(self, question: str, llm: Any, *, budget_tokens: int | None = None) -> "Answer":
+        """Retrieve, then answer with the reader (a memsys.llm.LLMClient)."""
+        from memsys.answer.generate import answer_question
+
+        r = self.retrieve(question, budget_tokens=budget_tokens)
+        ans = answer_question(llm, question, r.context, self.cfg.answer)
+        ans.timings_ms = dict(r.timings_ms)
+        return ans

@@ -154,7 +154,7 @@ class Benchmark:
             ),
             "questions": sum(len(c.questions) for c in self.conversations),
         }
-        for q in self.questions:
+        for q in sorted(self.questions, key=lambda q: q.category):
             key = f"questions_{q.category}"
             out[key] = out.get(key, 0) + 1
         return out
@@ -173,19 +173,6 @@ def category_names(benchmark: Benchmark | str) -> dict[str, str]:
         return dict(CATEGORY_NAMES[name])
     except KeyError:
         raise KeyError(f"unknown benchmark {name!r}; known: {sorted(CATEGORY_NAMES)}") from None
-
-
-__all__ = [
-    "CATEGORY_NAMES",
-    "Benchmark",
-    "Conversation",
-    "DatasetTurn",
-    "Question",
-    "RecordPath",
-    "Session",
-    "category_names",
-    "iter_turns",
-]
 
 
 # --- helpers shared by the loaders ---------------------------------------------

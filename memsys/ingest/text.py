@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from memsys.config import IngestConfig
 from memsys.errors import InputError
@@ -22,6 +23,7 @@ class IngestReport:
     uncertain: int = 0
     rejected: int = 0
     decisions: dict[str, IngestDecision] = field(default_factory=dict)
+    compression: Any = None  # memsys.ingest.compress.CompressionReport when compression ran
 
     def record(self, turn_id: str, d: IngestDecision) -> None:
         self.decisions[turn_id] = d

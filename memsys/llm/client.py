@@ -22,12 +22,14 @@ import logging
 import os
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from memsys.config import LLMConfig
 from memsys.errors import (
+    ConfigError,
     LLMAuthError,
     LLMError,
     LLMRateLimitError,
@@ -150,6 +152,16 @@ def response_format_for(json_schema: Mapping[str, Any] | None, json_mode: bool) 
     return None
 
 
+def to_llama_cpp_format(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """llama-cpp-python's server (0.3.x) rejects ``type: json_schema`` (HTTP 500, "Input
+    should be 'text' or 'json_object'") and takes the schema as ``json_object`` +
+    ``schema``, which it compiles to a grammar. Measured: without a schema its JSON
+    mode still lets the model wander, with one the reply always parses."""
+    if response_format and response_format.get("type") == "json_schema":
+        return {"type": "json_object", "schema": response_format["json_schema"]["schema"]}
+    return dict(response_format) if response_format else None
+
+
 class LLMClient:
     """Chat completions with retries, typed errors, caching, budget and usage accounting."""
 
@@ -245,7 +257,10 @@ class LLMClient:
         if self.cfg.seed is not None:
             params["seed"] = self.cfg.seed
         if response_format is not None:
-            params["response_format"] = response_format
+            # the cache key keeps the OpenAI form; only the wire format depends on the server
+            params["response_format"] = (
+                to_llama_cpp_format(response_format) if self.cfg.backend == "local" else response_format
+            )
         try:
             completion, attempts = self._create_with_retries(params)
             text, finish_reason, model, prompt_tokens, completion_tokens, estimated = self._unpack(completion, messages)
@@ -372,3 +387,43 @@ def _retry_after_s(exc: Any) -> float | None:
         return float(value) if value is not None else None
     except (AttributeError, TypeError, ValueError):
         return None
+
+
+_DEFAULT_CACHE = "default"
+
+
+@contextmanager
+def open_llm(
+    cfg: LLMConfig,
+    *,
+    cache: ResponseCache | str | None = _DEFAULT_CACHE,
+    budget: Budget | None = None,
+    usage: UsageLog | None = None,
+) -> Iterator[LLMClient]:
+    """An :class:`LLMClient` for ``cfg``; for ``backend=local`` the embedded server is
+    started (or shared with other users in this process) for the duration.
+
+    ``cache="default"`` opens ``cache_dir()/llm_cache.sqlite`` when ``cfg.cache`` is on
+    (and closes it at exit); pass a :class:`ResponseCache` to share one, or None.
+    """
+    owned_cache: ResponseCache | None = None
+    if cache == _DEFAULT_CACHE:
+        cache = owned_cache = ResponseCache() if cfg.cache else None
+    elif isinstance(cache, str):
+        raise ConfigError(f"open_llm cache must be a ResponseCache, None or 'default', got {cache!r}")
+    try:
+        if cfg.backend == "local":
+            from memsys.llm.local import shared_server
+
+            with shared_server(cfg.local, alias=cfg.model) as endpoint:
+                with LLMClient(cfg, cache=cache, budget=budget, usage=usage,
+                               base_url=endpoint.base_url, cache_tag=endpoint.cache_tag) as client:
+                    yield client
+        elif cfg.backend == "openai":
+            with LLMClient(cfg, cache=cache, budget=budget, usage=usage) as client:
+                yield client
+        else:
+            raise ConfigError(f"unknown llm.backend '{cfg.backend}' (known: local, openai)")
+    finally:
+        if owned_cache is not None:
+            owned_cache.close()

@@ -1,0 +1,185 @@
+"""LoCoMo answer scoring, as LoCoMo's own evaluation does it.
+
+Reference: snap-research/locomo ``task_eval/evaluation.py`` (``normalize_answer``,
+``f1_score``, ``f1``, ``eval_question_answering``). Reproduced rules:
+
+- normalize: delete commas, lowercase, delete ASCII punctuation (deleted, not turned
+  into spaces: "D1:3" -> "d13"), drop the words a/an/the/and, collapse whitespace;
+  then Porter-stem every token and take the token-overlap F1.
+- category 1 (multi-hop): split prediction *and* gold on commas; for every gold part
+  take its best F1 against any prediction part; average over the gold parts.
+- category 3 (open-domain): the gold is cut at the first ';'.
+- categories 2 and 4: plain token F1.
+- category 5 (adversarial): 1 if the prediction abstains, else 0. LoCoMo checks only
+  "no information available" and "not mentioned" (``OFFICIAL_ABSTENTION_PHRASES``); we
+  accept a documented superset (``ABSTENTION_PHRASES``) because readers are prompted
+  to say "unknown" / "not mentioned" and refusing in other words is still refusing.
+  Pass ``abstention_phrases=OFFICIAL_ABSTENTION_PHRASES`` for the exact original.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping, Sequence
+
+from memsys.errors import InputError
+
+from benchmarks.datasets.schema import CATEGORY_NAMES, Question
+from benchmarks.metrics.text import PUNCTUATION, coerce_text, mean, stem_tokens, token_f1
+
+CATEGORIES = tuple(CATEGORY_NAMES["locomo"])  # "1".."5"
+ADVERSARIAL = "5"
+ANSWERABLE = ("1", "2", "3", "4")
+
+OFFICIAL_ABSTENTION_PHRASES: tuple[str, ...] = ("no information available", "not mentioned")
+#: matched case-insensitively as whole words anywhere in the prediction
+ABSTENTION_PHRASES: tuple[str, ...] = (
+    *OFFICIAL_ABSTENTION_PHRASES,
+    "no information",
+    "not enough information",
+    "insufficient information",
+    "no mention",
+    "never mentioned",
+    "does not mention",
+    "doesn't mention",
+    "did not mention",
+    "didn't mention",
+    "not specified",
+    "not stated",
+    "not provided",
+    "unknown",
+    "cannot be determined",
+    "can't be determined",
+    "cannot determine",
+    "unable to determine",
+    "cannot answer",
+    "can't answer",
+    "unable to answer",
+    "i don't know",
+    "i do not know",
+)
+
+_ARTICLES = re.compile(r"\b(a|an|the|and)\b")
+
+
+def normalize_locomo(text: str) -> str:
+    """LoCoMo's ``normalize_answer``."""
+    text = text.replace(",", "").lower()
+    text = "".join(ch for ch in text if ch not in PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def locomo_f1(prediction: str, gold: str) -> float:
+    """Stemmed token F1 after LoCoMo normalization (LoCoMo's ``f1_score``)."""
+    return token_f1(stem_tokens(normalize_locomo(prediction).split()), stem_tokens(normalize_locomo(gold).split()))
+
+
+def multi_answer_f1(prediction: str, gold: str) -> float:
+    """Category 1: mean over comma-separated gold parts of the best F1 against a prediction part."""
+    predictions = [p.strip() for p in prediction.split(",")]
+    golds = [g.strip() for g in gold.split(",")]
+    return mean([max(locomo_f1(p, g) for p in predictions) for g in golds])
+
+
+def _phrase_pattern(phrases: Sequence[str]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(p.lower()) for p in sorted(phrases, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
+_DEFAULT_PATTERN = _phrase_pattern(ABSTENTION_PHRASES)
+
+
+def is_abstention(prediction: str, phrases: Sequence[str] = ABSTENTION_PHRASES) -> bool:
+    """True if the prediction refuses to answer (contains one of ``phrases``)."""
+    pattern = _DEFAULT_PATTERN if phrases is ABSTENTION_PHRASES else _phrase_pattern(phrases)
+    text = " ".join(prediction.lower().replace("\u2019", "'").split())
+    return pattern.search(text) is not None
+
+
+def score_locomo_answer(
+    prediction: object,
+    gold: object,
+    category: str | int,
+    *,
+    question_id: str | None = None,
+    abstention_phrases: Sequence[str] = ABSTENTION_PHRASES,
+) -> float:
+    """Score one prediction against one gold answer under the category's rule."""
+    pred = coerce_text(prediction, question_id)
+    cat = str(category).strip()
+    if cat == ADVERSARIAL:
+        return 1.0 if is_abstention(pred, abstention_phrases) else 0.0
+    if cat not in ANSWERABLE:
+        where = f" of question {question_id}" if question_id else ""
+        raise InputError(f"unknown LoCoMo category {category!r}{where} (expected 1-5)")
+    gold_text = coerce_text(gold, question_id, what="gold answer")
+    if cat == "3":
+        gold_text = gold_text.split(";")[0].strip()
+    if cat == "1":
+        return multi_answer_f1(pred, gold_text)
+    return locomo_f1(pred, gold_text)
+
+
+def score_locomo(
+    prediction: object, question: Question, *, abstention_phrases: Sequence[str] = ABSTENTION_PHRASES
+) -> float:
+    """Score a system's answer to a LoCoMo question (a float in [0, 1])."""
+    return score_locomo_answer(
+        prediction,
+        question.answer,
+        question.category,
+        question_id=question.id,
+        abstention_phrases=abstention_phrases,
+    )
+
+
+def aggregate_locomo(scores: Iterable[tuple[str | int, float]]) -> dict[str, float | int]:
+    """Per-category and overall means of ``(category, score)`` pairs.
+
+    Keys (a key is present only when at least one question counts towards it, so
+    no metric is ever NaN): ``f1_cat<c>`` and ``n_cat<c>`` per category,
+    ``f1_cat1_4`` (mean over the questions of categories 1-4), ``f1_cat5``,
+    ``all_honest`` (mean over all questions, category 5 scored on the system's real
+    answer) and ``all_paper_protocol`` (mean over all questions with every category-5
+    question counted as 1.0), plus ``n``.
+
+    Why two "All" numbers: the released SimpleMem runner discards the model's
+    answer on category 5 and writes a fixed refusal, so all adversarial questions
+    score 1.0 and are averaged into its "All". That makes the paper's numbers
+    comparable only with ``all_paper_protocol``; ``all_honest`` is what the system
+    actually achieves and is the one to optimize and report first.
+    """
+    per_cat: dict[str, list[float]] = {}
+    for category, score in scores:
+        cat = str(category).strip()
+        if cat not in CATEGORIES:
+            raise InputError(f"unknown LoCoMo category {category!r} in scores (expected 1-5)")
+        value = float(score)
+        if not 0.0 <= value <= 1.0:
+            raise InputError(f"LoCoMo score {score!r} for category {cat} is outside [0, 1]")
+        per_cat.setdefault(cat, []).append(value)
+    out: dict[str, float | int] = {}
+    for cat in CATEGORIES:
+        values = per_cat.get(cat, [])
+        out[f"n_cat{cat}"] = len(values)
+        if values:
+            out[f"f1_cat{cat}"] = mean(values)
+    answerable = [v for c in ANSWERABLE for v in per_cat.get(c, [])]
+    adversarial = per_cat.get(ADVERSARIAL, [])
+    n = len(answerable) + len(adversarial)
+    out["n"] = n
+    if answerable:
+        out["f1_cat1_4"] = mean(answerable)
+    if adversarial:
+        out["f1_cat5"] = mean(adversarial)
+    if n:
+        out["all_honest"] = (sum(answerable) + sum(adversarial)) / n
+        out["all_paper_protocol"] = (sum(answerable) + len(adversarial)) / n
+    return out
+
+
+def category_label(category: str) -> str:
+    """"1 multi-hop" style label for reports."""
+    names: Mapping[str, str] = CATEGORY_NAMES["locomo"]
+    return f"{category} {names.get(category, '?')}"

@@ -1,0 +1,103 @@
+"""Answer generation from a retrieved context.
+
+Prompt templates are files under ``prompts/<name>/`` (system.txt, constraints.txt,
+user.txt with $placeholders), so the research agent edits prompts as text. The
+``response_format`` switch matters: without JSON output small and large models
+alike answer in long sentences and token F1 collapses (the paper's biggest single
+LoCoMo gain was turning it on), so it stays a config knob the loop can rediscover.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from memsys.config import AnswerConfig
+from memsys.errors import ConfigError, LLMResponseFormatError
+from memsys.retrieve.context import Context
+
+PROMPTS_DIR = Path(__file__).parent / "prompts"
+
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class Answer:
+    question: str
+    text: str
+    evidence_ids: list[str]  # source ids of the MAUs handed to the reader
+    context_tokens: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    cached: bool = False
+    raw_reply: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=32)
+def load_prompt(name: str) -> tuple[str, str, Template]:
+    folder = PROMPTS_DIR / name
+    if not folder.is_dir():
+        known = ", ".join(sorted(p.name for p in PROMPTS_DIR.iterdir() if p.is_dir()))
+        raise ConfigError(f"unknown answer prompt '{name}' (known: {known})")
+    read = lambda f: (folder / f).read_text(encoding="utf-8").strip()  # noqa: E731
+    return read("system.txt"), read("constraints.txt"), Template(read("user.txt"))
+
+
+def build_messages(question: str, context: Context, cfg: AnswerConfig) -> list[dict[str, str]]:
+    system, constraints, user = load_prompt(cfg.prompt)
+    before = cfg.constraints_position == "before"
+    if cfg.constraints_position not in ("before", "after"):
+        raise ConfigError(f"answer.constraints_position must be before|after, got {cfg.constraints_position!r}")
+    hint = 'Reply with a JSON object {"answer": "..."}.' if cfg.response_format else ""
+    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts)
+    text = user.substitute(
+        memories=memories or "(no memories)",
+        question=question.strip(),
+        constraints_before=constraints if before else "",
+        constraints_after=constraints if not before else "",
+        format_hint=hint,
+    )
+    text = "\n".join(line for line in text.splitlines()).strip()
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig) -> Answer:
+    """Ask the reader. ``llm`` is a memsys.llm.LLMClient (or anything with its ``chat``)."""
+    messages = build_messages(question, context, cfg)
+    t0 = time.perf_counter()
+    if cfg.response_format:
+        reply = llm.chat(messages, json_schema=ANSWER_SCHEMA, max_tokens=cfg.max_tokens)
+        parsed = reply.parsed or {}
+        value = parsed.get("answer")
+        if value is None:
+            raise LLMResponseFormatError(f"reader reply has no 'answer' key: {reply.text[:80]!r}")
+        text = value if isinstance(value, str) else str(value)
+    else:
+        reply = llm.chat(messages, max_tokens=cfg.max_tokens)
+        text = reply.text
+    return Answer(
+        question=question,
+        text=text.strip(),
+        evidence_ids=context.source_ids,
+        context_tokens=context.total_tokens,
+        prompt_tokens=reply.prompt_tokens,
+        completion_tokens=reply.completion_tokens,
+        cost_usd=reply.cost_usd,
+        latency_s=time.perf_counter() - t0,
+        cached=reply.cached,
+        raw_reply=reply.text,
+    )

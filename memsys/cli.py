@@ -1,0 +1,76 @@
+"""Memory-system subcommands of the ``memsys`` program: ingest, search, ask.
+
+Registered by the top-level dispatcher (research/cli.py); this module imports
+only memsys so the system under test stays independent of its scorer and optimizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Sequence
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ingest", help="ingest a LoCoMo-format JSON or a JSONL of turns into a store")
+    p.add_argument("file", type=Path)
+    p.add_argument("--conversation", help="only this LoCoMo sample_id (e.g. conv-26)")
+    p.add_argument("--append", action="store_true", help="add to an existing store")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("search", help="query a store and print ranked items with level and score")
+    p.add_argument("query")
+    p.add_argument("-n", type=int, default=10, help="items to print")
+    p.set_defaults(func=cmd_search)
+
+
+def _cfg(overrides: Sequence[str]):
+    from memsys.config import MemoryConfig, compose, validate
+
+    cfg = compose("memsys", overrides)
+    return cfg, validate(MemoryConfig, cfg.memory, where="memory config")
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from memsys.ingest.readers import read_jsonl_turns, read_locomo_turns
+    from memsys.memory import Memory
+
+    console = Console()
+    cfg, mcfg = _cfg(args.overrides)
+    store = Path(cfg.store)
+    if args.file.suffix == ".jsonl":
+        turns = list(read_jsonl_turns(args.file))
+    else:
+        per_conv = read_locomo_turns(args.file, args.conversation)
+        turns = [t for ts in per_conv.values() for t in ts]
+    mem = Memory.open(store, mcfg) if args.append else Memory.create(store, mcfg)
+    with mem:
+        report = mem.add(turns, progress=True)
+    console.print(
+        f"[bold]{store}[/]: {report.accepted} MAUs stored ({report.uncertain} uncertain), "
+        f"{report.rejected} rejected as redundant, {len(turns)} turns read"
+    )
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from memsys.memory import Memory
+
+    cfg, mcfg = _cfg(args.overrides)
+    overrides_given = any(o.startswith("memory") for o in args.overrides)
+    mem = Memory.open(cfg.store, mcfg if overrides_given else None, read_only=True)
+    r = mem.retrieve(args.query)
+    table = Table(title=f"{args.query}  ({r.context.total_tokens} tokens, {len(r.items)} items)")
+    for col in ("#", "level", "sim", "via", "when", "who", "text"):
+        table.add_column(col, overflow="fold")
+    for n, it in enumerate(r.items[: args.n], start=1):
+        when = f"{it.mau.timestamp:%Y-%m-%d}" if it.mau.timestamp else ""
+        table.add_row(str(n), str(it.level), f"{it.similarity:.3f}", "+".join(sorted(it.sources)), when,
+                      it.mau.speaker or "", it.text[:200])
+    Console().print(table)
+    return 0

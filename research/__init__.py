@@ -1,0 +1,1 @@
+"""The autonomous research loop: propose, edit on a git branch, evaluate, decide."""

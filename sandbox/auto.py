@@ -1,0 +1,54 @@
+"""Pick the strongest sandbox that works here: docker (daemon + image), else bwrap, else process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from sandbox.base import Sandbox, SandboxResult, SandboxSpec
+from sandbox.bwrap import BwrapSandbox
+from sandbox.docker import DockerSandbox
+from sandbox.process import ProcessSandbox
+
+log = logging.getLogger(__name__)
+
+
+class AutoSandbox(Sandbox):
+    """Delegates to the first available candidate; `.chosen` is it, `.name` is its name.
+
+    Availability is probed for real (docker: `docker info` and the image; bwrap: a
+    trivial sandboxed run), once, at construction. `.skipped` maps each stronger
+    backend that was passed over to the reason.
+    """
+
+    def __init__(self, candidates: Sequence[Sandbox] | None = None) -> None:
+        if candidates is None:
+            candidates = [DockerSandbox(), BwrapSandbox(), ProcessSandbox()]
+        if not candidates:
+            raise ValueError("AutoSandbox needs at least one candidate")
+        self.skipped: dict[str, str] = {}
+        self.chosen: Sandbox = candidates[-1]
+        for candidate in candidates:
+            ok, reason = candidate.available()
+            if ok:
+                self.chosen = candidate
+                break
+            self.skipped[candidate.name] = reason
+        passed_over = "; ".join(f"{k}: {v}" for k, v in self.skipped.items()) or "none"
+        log.info("sandbox backend: %s (passed over: %s)", self.chosen.name, passed_over)
+
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        return self.chosen.name
+
+    def available(self) -> tuple[bool, str]:
+        return self.chosen.available()
+
+    def guarantees(self) -> frozenset[str]:
+        return self.chosen.guarantees()
+
+    def run(self, spec: SandboxSpec) -> SandboxResult:
+        return self.chosen.run(spec)
+
+    def __repr__(self) -> str:
+        return f"AutoSandbox(chosen={self.chosen!r})"

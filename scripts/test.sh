@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command (README's second set-up command; .ci/run calls exactly this).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+export MEMSYS_DATA_DIR="${MEMSYS_DATA_DIR:-$(cd .. && pwd)/shared/data}"
+exec .venv/bin/python -m pytest -q "$@"
