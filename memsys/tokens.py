@@ -62,7 +62,8 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, Iterable) and not isinstance(content, (bytes, Mapping)):
-        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        # image/audio parts are not counted here: their cost is provider-specific
+        return " ".join(str(p["text"]) for p in content if isinstance(p, Mapping) and p.get("text"))
     return "" if content is None else str(content)
 
 

@@ -36,9 +36,19 @@ from sandbox.base import (
 from sandbox.cgroups import CgroupLimits
 from sandbox.process import execute
 
-#: bound read-only when they exist (symlinks such as /bin -> usr/bin are recreated as symlinks)
+#: only what programs need from /etc: not shadow files, ssh keys, apt or cron configuration
+DEFAULT_ETC_PATHS: tuple[str, ...] = tuple(
+    "/etc/" + name
+    for name in (
+        "alternatives", "ca-certificates", "ca-certificates.conf", "fonts", "gai.conf", "group",
+        "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime",
+        "mime.types", "nsswitch.conf", "os-release", "passwd", "pki", "protocols", "resolv.conf",
+        "services", "ssl", "timezone",
+    )
+)
+#: bound read-only when they exist; top-level symlinks (/bin -> usr/bin) are recreated as symlinks
 DEFAULT_SYSTEM_PATHS: tuple[str, ...] = (
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *DEFAULT_ETC_PATHS,
 )
 #: size of the private /tmp (tmpfs pages also count against the memory cgroup)
 DEFAULT_TMPFS_BYTES = 256 << 20
@@ -126,10 +136,10 @@ class BwrapSandbox(Sandbox):
     def _system_args(self) -> list[str]:
         args: list[str] = []
         for path in self.system_paths:
-            if os.path.islink(path):
+            if os.path.islink(path) and os.path.dirname(path) == "/":
                 args += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                args += ["--ro-bind", path, path]
+            elif os.path.exists(path):
+                args += ["--ro-bind", path, path]  # follows a symlinked source (/etc/localtime)
         if self.include_python:
             for path in python_paths():
                 if os.path.isdir(path) and not any(

@@ -66,12 +66,23 @@ def resolve_dialog_dir(directory: str | Path | None) -> Path:
 def load_memgallery(directory: str | Path | None = None, *, lenient: bool = False) -> Benchmark:
     """Load and validate Mem-Gallery (default: ``$MEMSYS_DATA_DIR/mem-gallery/benchmark/data/dialog``).
 
-    Cached in-process by (folder, every file's name, mtime and size, lenient).
+    Cached in-process by (folder, lenient, name/mtime/size of every topic file and of
+    every file under the sibling ``image`` folder, since ``image_path`` depends on them).
     """
     dialog = resolve_dialog_dir(directory).resolve()
-    files = sorted(dialog.glob("*.json"))
-    key = tuple((f.name, f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    key = (_fingerprint(dialog, "*.json"), _fingerprint(dialog.parent / "image", "**/*"))
     return _load_cached(str(dialog), key, lenient)
+
+
+def _fingerprint(folder: Path, pattern: str) -> tuple[tuple[str, int, int], ...]:
+    if not folder.is_dir():
+        return ()
+    out = []
+    for f in sorted(folder.glob(pattern)):
+        st = f.stat()
+        if f.is_file():
+            out.append((str(f.relative_to(folder)), st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
 @lru_cache(maxsize=8)

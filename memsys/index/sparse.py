@@ -102,8 +102,11 @@ def _top(scores: np.ndarray, k: int) -> list[tuple[int, float]]:
     k = min(k, len(scores))
     if k == 0:
         return []
-    part = np.argpartition(-scores, k - 1)[:k]
-    order = part[np.lexsort((part, -scores[part]))]  # score desc, position asc: deterministic ties
+    # every position scoring at least the k-th best score, so ties at the cut are all
+    # candidates (argpartition alone picks an arbitrary subset of them)
+    kth = np.partition(-scores, k - 1)[k - 1]
+    cand = np.flatnonzero(-scores <= kth)
+    order = cand[np.lexsort((cand, -scores[cand]))][:k]  # score desc, position asc: deterministic ties
     return [(int(i), float(scores[i])) for i in order if scores[i] > 0]
 
 

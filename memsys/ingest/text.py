@@ -41,12 +41,21 @@ def validate_turn(turn: Turn, where: str = "") -> Turn:
         raise InputError(f"{where}turn with empty id")
     if not isinstance(turn.text, str):
         raise InputError(f"{at}: text is {type(turn.text).__name__}, expected str")
+    if not isinstance(turn.speaker, str):
+        raise InputError(f"{at}: speaker is {type(turn.speaker).__name__}, expected str")
+    for name in ("session_id", "image_caption", "image_path"):
+        value = getattr(turn, name)
+        if value is not None and not isinstance(value, str):
+            raise InputError(f"{at}: {name} is {type(value).__name__}, expected str or None")
     if not turn.text.strip() and not (turn.image_caption or "").strip():
         raise InputError(f"{at}: empty text")
-    try:
-        turn.text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(f"{at}: text is not valid UTF-8 ({exc.reason})") from exc
+    # every string lands in SQLite / cold-tier JSON as UTF-8: lone surrogates must stop here
+    for name in ("text", "speaker", "session_id", "image_caption", "image_path"):
+        value = getattr(turn, name)
+        try:
+            (value or "").encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(f"{at}: {name} is not valid UTF-8 ({exc.reason})") from exc
     if turn.timestamp is not None and not isinstance(turn.timestamp, datetime):
         raise InputError(f"{at}: timestamp must be a datetime, got {type(turn.timestamp).__name__}")
     return turn

@@ -47,6 +47,10 @@ def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> st
     return " ".join(words[:lo]) + " ..."
 
 
+def _with_raw(text: str, raw: str) -> str:
+    return f"{text}\n   raw: {raw}"
+
+
 def build_pyramid(
     query: str,
     candidates: Sequence[RankedCandidate],
@@ -108,7 +112,8 @@ def build_pyramid(
         if raw.media is not None:
             cost = raw.media.tokens
         elif raw.text and raw.text.strip() != item.text.strip() and raw.text not in item.text:
-            cost = count_tokens(raw.text)
+            # charge what the reader will see: the raw text plus its "raw:" framing
+            cost = count_tokens(_with_raw(item.text, raw.text)) - item.tokens
         else:
             continue
         offers.append((item.similarity / max(cost, 1), item, raw, cost))
@@ -123,7 +128,7 @@ def build_pyramid(
             item.tokens += cost
             item.reason += f"; level 3: raw {raw.media.modality.value} ({cost} tok)"
         else:
-            item.text = f"{item.text}\n   raw: {raw.text}"
+            item.text = _with_raw(item.text, raw.text)
             item.tokens += cost
             item.reason += f"; level 3: raw text ({cost} tok)"
     return ctx

@@ -27,6 +27,7 @@ import numpy as np
 
 from memsys.errors import (
     DuplicateIdError,
+    InputError,
     StoreCorruptError,
     StoreError,
     StoreReadOnlyError,
@@ -65,6 +66,39 @@ def sparse_text(m: MAU, fields: str) -> str:
         return m.summary
     full = m.full_text
     return m.summary if full == m.summary else f"{m.summary}\n{full}"
+
+
+def _encodable_record(m: MAU) -> str:
+    """The JSON record of a MAU, refused (before any write) if SQLite cannot store it as UTF-8."""
+    record = mau_to_json(m)
+    try:
+        record.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"MAU {m.id!r} has text that is not valid UTF-8 ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from exc
+    return record
+
+
+def _recover_hot_journal(hot: Path) -> None:
+    """Roll back a transaction left by a killed writer before a read-only open.
+
+    A read-only SQLite connection cannot replay a hot rollback journal and fails with
+    "attempt to write a readonly database"; rolling it back is what any read-write
+    open does first, and it only ever removes the uncommitted batch.
+    """
+    journal = hot.with_name(hot.name + "-journal")
+    if not journal.exists() or journal.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(hot, isolation_level=None)
+        try:
+            conn.execute("PRAGMA quick_check").fetchone()  # the first read replays the journal
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(
+            f"{hot} has a rollback journal ({journal.name}) from a writer that was killed or is still running, "
+            f"and it cannot be recovered here ({exc}); open the store read-write once where it is writable"
+        ) from exc
 
 
 class MemoryStore:
@@ -141,12 +175,19 @@ class MemoryStore:
             raise StoreVersionError(
                 f"{mpath}: store format version {manifest.get('version')} but this memsys reads version {STORE_VERSION}; re-ingest the data"
             )
+        embedder = manifest.get("embedder")
+        dim = embedder.get("dim") if isinstance(embedder, dict) else None
+        if not isinstance(dim, int) or dim <= 0:
+            raise StoreCorruptError(f"{mpath} has no valid embedder.dim (got {dim!r})")
         hot = path / HOT
         if not hot.exists():
             raise StoreCorruptError(f"store hot tier missing: {hot}")
         try:
             if read_only:
-                conn = sqlite3.connect(f"file:{hot}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+                _recover_hot_journal(hot)
+                # as_uri() percent-escapes '?', '#' and '%' in the path (an f-string URI would not)
+                conn = sqlite3.connect(f"{hot.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                       isolation_level=None)
             else:
                 conn = sqlite3.connect(hot, check_same_thread=False, isolation_level=None)
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -215,15 +256,9 @@ class MemoryStore:
             if m.embedding is None or np.asarray(m.embedding).shape != (self.dim,):
                 raise StoreError(f"MAU {m.id!r} has no {self.dim}-d embedding")
         vecs = np.stack([np.asarray(m.embedding, np.float32) for m in maus])
-        rows = [(m.id, mau_to_json(m), vecs[i].tobytes()) for i, m in enumerate(maus)]
+        rows = [(m.id, _encodable_record(m), vecs[i].tobytes()) for i, m in enumerate(maus)]
         with self._write_lock:
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-                self._conn.executemany("INSERT INTO maus (id, record, embedding) VALUES (?, ?, ?)", rows)
-                self._conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._conn.execute("ROLLBACK") if self._conn.in_transaction else None
-                raise StoreError(f"cannot write to {self.path / HOT}: {exc}") from exc
+            self._transaction("INSERT INTO maus (id, record, embedding) VALUES (?, ?, ?)", rows)
             base = len(self.maus)
             for i, m in enumerate(maus):
                 m.embedding = vecs[i]
@@ -237,17 +272,29 @@ class MemoryStore:
         """Rewrite records of existing MAUs (status, links, enrichment); embeddings unchanged."""
         self._check_writable()
         maus = list(maus)
+        for m in maus:
+            if m.id not in self.positions:
+                raise StoreError(f"cannot update unknown MAU {m.id!r}")
+        rows = [(_encodable_record(m), m.id) for m in maus]
         with self._write_lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            for m in maus:
-                if m.id not in self.positions:
-                    self._conn.execute("ROLLBACK")
-                    raise StoreError(f"cannot update unknown MAU {m.id!r}")
-                self._conn.execute("UPDATE maus SET record = ? WHERE id = ?", (mau_to_json(m), m.id))
-            self._conn.execute("COMMIT")
+            self._transaction("UPDATE maus SET record = ? WHERE id = ?", rows)
             for m in maus:
                 self.maus[self.positions[m.id]] = m
             self._sparse_stale = True
+
+    def _transaction(self, sql: str, rows: list[tuple]) -> None:
+        """Run one statement over ``rows`` in one transaction; on any failure roll back,
+        so a failed write never leaves the connection inside a transaction."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.executemany(sql, rows)
+            self._conn.execute("COMMIT")
+        except BaseException as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot write to {self.path / HOT}: {exc}") from exc
+            raise
 
     def save(self) -> None:
         """Snapshot the derived indices and the manifest (atomic files)."""

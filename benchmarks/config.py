@@ -1,0 +1,73 @@
+"""Schema of ``memsys eval`` configs (configs/eval.yaml + groups)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from omegaconf import OmegaConf
+
+from benchmarks.splits import BenchmarkConfig, benchmark_config
+from memsys.config import LLMConfig, MemoryConfig, compose, validate
+from memsys.errors import ConfigError
+
+SYSTEMS = ("memsys", "full_context")
+READERS = ("llm", "none")
+
+
+@dataclass
+class EvalConfig:
+    split: str = "dev"
+    sample: str | None = None
+    system: str = "memsys"
+    reader: str = "llm"
+    workers: int = 2
+    objective: str = "auto"
+    run_id: str | None = None
+    resume: bool = True
+    full_context_budget: int = 6000
+    mlflow: bool = True
+    mlflow_experiment: str = "memsys-eval"
+    parent_run_id: str | None = None
+
+
+@dataclass
+class EvalSetup:
+    """Everything one evaluation needs, validated."""
+
+    eval: EvalConfig
+    benchmark: BenchmarkConfig
+    memory: MemoryConfig
+    llm: LLMConfig
+    raw: dict[str, Any] = field(default_factory=dict)  # the resolved config as composed
+
+    @property
+    def objective(self) -> str:
+        if self.eval.objective != "auto":
+            return self.eval.objective
+        if self.eval.reader == "none":
+            return "recall_at_10"
+        return "all_honest" if self.benchmark.name == "locomo" else "f1"
+
+
+def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") -> EvalSetup:
+    cfg = compose(config_name, overrides)
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    top = {k: v for k, v in raw.items() if k not in ("benchmark", "memory", "llm")}
+    ev = validate(EvalConfig, {k: v for k, v in top.items() if k in EvalConfig.__dataclass_fields__}, where="eval config")
+    unknown = sorted(set(top) - set(EvalConfig.__dataclass_fields__) - {"research", "proposer", "budget", "loop", "sandbox", "repo"})
+    if unknown:
+        raise ConfigError(f"unknown eval config keys: {unknown}")
+    if ev.system not in SYSTEMS:
+        raise ConfigError(f"system must be one of {SYSTEMS}, got {ev.system!r}")
+    if ev.reader not in READERS:
+        raise ConfigError(f"reader must be one of {READERS}, got {ev.reader!r}")
+    if ev.workers < 1:
+        raise ConfigError("workers must be >= 1")
+    return EvalSetup(
+        eval=ev,
+        benchmark=benchmark_config(cfg.benchmark),
+        memory=validate(MemoryConfig, cfg.memory, where="memory config"),
+        llm=validate(LLMConfig, cfg.llm, where="llm config"),
+        raw=raw,
+    )
