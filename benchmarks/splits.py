@@ -126,6 +126,8 @@ def select(
     """
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    if benchmark.split != "all" or benchmark.sample is not None:
+        raise ConfigError(f"select() needs the whole benchmark, got its {benchmark.split!r} split; load it again")
     cfg = config or load_benchmark_config(benchmark.name)
     check_split(cfg, benchmark)
     wanted = {"dev": set(cfg.dev), "test": set(cfg.test), "all": set(cfg.dev) | set(cfg.test)}[split]

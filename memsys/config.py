@@ -75,6 +75,7 @@ class MediaConfig:
     silence_energy: float = 0.01  # RMS (full scale 1.0) below this: silence
     min_speech_ms: int = 500  # shorter speech segments are "uncertain"
     audio_keep_uncertain: bool = True  # store uncertain (short) speech segments, flagged
+    vad_min_segment_ms: int = 100  # VAD blips shorter than this are dropped before the gate sees them
     vad_min_silence_ms: int = 100  # a pause this long ends a speech segment
     vad_speech_pad_ms: int = 30
     audio_sample_rate: int = 16000  # other rates are resampled to this (Silero needs 8k/16k)
@@ -132,6 +133,7 @@ class GraphConfig:
     max_facts: int = 20  # graph facts rendered into the reader context
     resolve_threshold: float = 0.85  # entity-resolution merge threshold
     resolve_cosine_weight: float = 0.5  # weight of name-embedding cosine vs Jaro-Winkler
+    seed_fuzzy_threshold: float = 0.92  # Jaro-Winkler of a query n-gram to an alias to seed it
 
 
 @dataclass

@@ -176,11 +176,11 @@ class BwrapSandbox(Sandbox):
         for path in (*spec.readonly, *spec.writable):
             if not path.exists():
                 raise SandboxError(f"[bwrap] bind source does not exist: {path}")
-        visible = [Path(p) for p in self.system_paths] + [Path("/tmp"), Path("/")]
+        visible = [Path(p) for p in self.system_paths]
         if self.include_python:
             visible += [Path(p) for p in python_paths()]
-        inside_system = any(spec.workdir == v or v in spec.workdir.parents for v in visible[:-1])
-        if not (spec.covers(spec.workdir) or inside_system or spec.workdir == Path("/")):
+        inside_system = any(spec.workdir == v or v in spec.workdir.parents for v in visible)
+        if not (spec.covers(spec.workdir) or inside_system or spec.workdir in (Path("/"), Path("/tmp"))):
             raise SandboxError(f"[bwrap] workdir {spec.workdir} is not inside a writable or readonly path")
 
     # -- run ------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import http.client
 import os
 import sys
 import urllib.error
@@ -42,6 +43,7 @@ MEMGALLERY_GH_RAW = "https://raw.githubusercontent.com/ma-xueqian/Mem-Gallery/{c
 MEMGALLERY_GH_LFS = "https://media.githubusercontent.com/media/ma-xueqian/Mem-Gallery/{commit}/{path}"
 MEMGALLERY_DATA = "mem-gallery/benchmark/data"
 IMAGE_MANIFEST = f"{MEMGALLERY_DATA}/image_manifest.tsv"
+IMAGE_MANIFEST_SHA256: str | None = "247bae4566bc23aba0c6ea6a7be3722e566f7f9e4eceb53f3baa78f4f9c09d49"
 CHUNK = 1 << 20
 TIMEOUT_S = 60
 
@@ -112,7 +114,7 @@ def memgallery_assets() -> list[Asset]:
     )
     # the image manifest is part of our snapshot (SOURCE.txt), not of the upstream repo
     assets.append(
-        Asset(IMAGE_MANIFEST, "247bae4566bc23aba0c6ea6a7be3722e566f7f9e4eceb53f3baa78f4f9c09d49", (), required=False)
+        Asset(IMAGE_MANIFEST, IMAGE_MANIFEST_SHA256, (), required=False)
     )
     return assets
 
@@ -165,7 +167,9 @@ def write_verified(stream: BinaryIO, dest: Path, asset: Asset, origin: str) -> N
             os.fsync(out.fileno())
         got = digest.hexdigest()
         if asset.sha256 is not None and got != asset.sha256:
-            raise FetchError(f"{asset.rel}: sha256 mismatch from {origin} (expected {asset.sha256[:16]}..., got {got[:16]}...)")
+            raise FetchError(
+                f"{asset.rel}: sha256 mismatch from {origin} (expected {asset.sha256[:16]}..., got {got[:16]}...)"
+            )
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
@@ -213,7 +217,7 @@ def fetch_remote(asset: Asset, dest: Path, opener: Callable[[str], BinaryIO]) ->
             with opener(url) as response:
                 write_verified(response, dest, asset, url)
             return f"downloaded from {url}"
-        except (urllib.error.URLError, OSError, FetchError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException, FetchError) as exc:
             reason = getattr(exc, "reason", None) or exc
             failures.append(f"{url}: {reason}")
     if asset.required:
@@ -273,10 +277,12 @@ def run(datasets: list[str], dest: Path, source: Path | None, images: bool, forc
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="fetch_data.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("dataset", nargs="?", default="all", choices=["locomo", "memgallery", "all"])
-    parser.add_argument("--from", dest="source", type=Path, help="copy from this local data folder instead of the network")
+    parser.add_argument("--from", dest="source", type=Path,
+                        help="copy from this local data folder instead of the network")
     parser.add_argument("--dest", type=Path, default=None,
                         help="data folder to fill (default: $MEMSYS_DATA_DIR, else ./data)")
-    parser.add_argument("--images", action="store_true", help="also fetch Mem-Gallery images (517 MiB), verified by manifest")
+    parser.add_argument("--images", action="store_true",
+                        help="also fetch Mem-Gallery images (517 MiB), verified by manifest")
     parser.add_argument("--force", action="store_true", help="fetch again even if a verified copy is present")
     return parser.parse_args(argv)
 

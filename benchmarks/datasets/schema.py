@@ -21,21 +21,22 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Iterator, Mapping
 
 from memsys.errors import DatasetError
 
 #: category code -> name, per benchmark. LoCoMo codes follow the dataset's own
 #: numbering (the released SimpleMem runner swaps the names of 2 and 3; we don't).
-CATEGORY_NAMES: Mapping[str, Mapping[str, str]] = {
-    "locomo": {
+CATEGORY_NAMES: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    "locomo": MappingProxyType({
         "1": "multi-hop",
         "2": "temporal",
         "3": "open-domain",
         "4": "single-hop",
         "5": "adversarial",
-    },
-    "memgallery": {
+    }),
+    "memgallery": MappingProxyType({
         "AR": "answer refusal",
         "CD": "conflict detection",
         "FR": "factual retrieval",
@@ -45,8 +46,8 @@ CATEGORY_NAMES: Mapping[str, Mapping[str, str]] = {
         "TTL": "test-time learning",
         "VR": "visual reasoning",
         "VS": "visual search",
-    },
-}
+    }),
+})
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ Reference: snap-research/locomo ``task_eval/evaluation.py`` (``normalize_answer`
 from __future__ import annotations
 
 import re
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from memsys.errors import InputError
 
@@ -178,8 +178,3 @@ def aggregate_locomo(scores: Iterable[tuple[str | int, float]]) -> dict[str, flo
         out["all_paper_protocol"] = (sum(answerable) + len(adversarial)) / n
     return out
 
-
-def category_label(category: str) -> str:
-    """"1 multi-hop" style label for reports."""
-    names: Mapping[str, str] = CATEGORY_NAMES["locomo"]
-    return f"{category} {names.get(category, '?')}"

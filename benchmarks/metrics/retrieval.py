@@ -118,8 +118,10 @@ def _summarize(rows: list[RetrievalRecord], ks: Sequence[int], suffix: str) -> d
         out[f"context_tokens{suffix}"] = mean([r.context_tokens for r in rows])
     if not with_evidence:
         return out
+    # every row here has evidence, so the per-question functions never return None
     for k in ks:
-        out[f"recall_at_{k}{suffix}"] = mean([evidence_recall_at_k(r.retrieved, r.evidence, k) or 0.0 for r in with_evidence])
+        out[f"recall_at_{k}{suffix}"] = mean([evidence_recall_at_k(r.retrieved, r.evidence, k) or 0.0
+                                              for r in with_evidence])
         out[f"hit_at_{k}{suffix}"] = mean([evidence_hit_at_k(r.retrieved, r.evidence, k) or 0.0 for r in with_evidence])
     out[f"precision{suffix}"] = mean([evidence_precision(r.retrieved, r.evidence) or 0.0 for r in with_evidence])
     out[f"mrr{suffix}"] = mean([mrr(r.retrieved, r.evidence) or 0.0 for r in with_evidence])

@@ -17,6 +17,9 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from memsys.records import MAU, TimeMention
+from memsys.temporal import format_date
+
 ENTITY_TYPES: tuple[str, ...] = ("Person", "Location", "Event", "Concept", "Time", "Organization", "Object")
 RELATION_TYPES: tuple[str, ...] = (
     "located_in", "part_of", "contains", "interacts_with", "owns", "created_by",
@@ -131,6 +134,8 @@ def normalize_name(name: str) -> str:
     text = _APOSTROPHE.sub("", text)  # "don't" -> "dont"; the "'s" token survives
     tokens = [t.strip("-&") or t for t in text.split()]
     tokens = [t for t in tokens if t]
+    if len(tokens) > 1 and tokens[-1] == "'s":  # "Caroline's" alone names Caroline
+        tokens = tokens[:-1]
     while len(tokens) > 1 and tokens[0] in LEADING_ARTICLES:
         tokens = tokens[1:]
     return " ".join(tokens)
@@ -150,3 +155,25 @@ def split_owner(key: str) -> tuple[str | None, str]:
         owner, head = key.split(" 's ", 1)
         return owner, head
     return None, key
+
+
+# --- time labels ------------------------------------------------------------------------
+def time_label(m: TimeMention) -> str:
+    """The Time entity name of a resolved mention: "7 May 2023", "week of 1 May 2023"."""
+    if m.granularity == "day":
+        return format_date(m.start)
+    if m.granularity == "week":
+        return f"week of {format_date(m.start)}"
+    if m.granularity == "month":
+        return f"{m.start.strftime('%B')} {m.start.year}"
+    return str(m.start.year)
+
+
+def mau_date_label(m: MAU) -> str | None:
+    """When a MAU's content happened, for fact lines: its first resolved time mention,
+    else its timestamp ("7 May 2023"), else None."""
+    if m.time_mentions:
+        return time_label(m.time_mentions[0])
+    if m.timestamp is not None:
+        return format_date(m.timestamp)
+    return None

@@ -60,16 +60,24 @@ class VisionNoveltyGate:
             return 0.0
         return float(max(float(np.dot(r, vec)) for r in self._refs))
 
-    def check(self, vec: np.ndarray) -> IngestDecision:
+    def accept(self, vec: np.ndarray) -> None:
+        """Make ``vec`` the newest reference (what a "novel" decision does when committed)."""
+        self._refs.append(np.asarray(vec, np.float32))
+
+    def check(self, vec: np.ndarray, *, commit: bool = True) -> IngestDecision:
+        """Judge ``vec``; with ``commit=False`` the reference is left alone so the caller
+        can run other gates first and call :meth:`accept` only if the item is stored."""
         vec = np.asarray(vec, np.float32)
         if not self._refs:
-            self._refs.append(vec)
+            if commit:
+                self.accept(vec)
             return IngestDecision(True, "novel", 0.0, "first image: no reference yet")
         sim = self.similarity(vec)
         if sim > self.reject_above:
             return IngestDecision(False, "static", sim, f"cosine {sim:.2f} > {self.reject_above} to the reference")
         if sim < self.accept_below:
-            self._refs.append(vec)
+            if commit:
+                self.accept(vec)
             return IngestDecision(True, "novel", sim, f"cosine {sim:.2f} < {self.accept_below}: new reference")
         return IngestDecision(
             self.keep_uncertain, "uncertain", sim,

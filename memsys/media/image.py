@@ -138,3 +138,75 @@ def memgallery_image_path(round_: Mapping[str, Any] | Any, data_dir: str | Path)
         except OSError:
             continue
     return None
+
+
+# ----------------------------------------------------------------------------- reader content parts
+def _data_url(data: bytes, mime: str) -> str:
+    import base64
+
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _image_for_reader(path: str, mime: str, max_side: int) -> tuple[bytes, str]:
+    """The image bytes a reader gets: as stored, or a JPEG no larger than ``max_side``."""
+    data = Path(path).read_bytes()
+    if mime in ("image/jpeg", "image/png", "image/gif", "image/webp"):
+        from PIL import Image
+
+        try:
+            with Image.open(io.BytesIO(data)) as im:
+                if max(im.size) <= max_side:
+                    return data, mime
+                return encode_jpeg(im, max_side, 85), "image/jpeg"
+        except Exception:
+            return data, mime
+    decoded = decode_image(data, path)  # bmp/tiff: readers want jpeg/png
+    return encode_jpeg(decoded.image, max_side, 85), "image/jpeg"
+
+
+def context_to_content_parts(context: Any, vision: bool, *, audio: bool = False, include_metadata: bool = True,
+                             include_graph: bool = True, max_side: int = 2048) -> list[dict[str, Any]]:
+    """OpenAI chat content parts for a retrieved ``Context`` (memsys.retrieve.context).
+
+    Each memory is a text part ("n. [date] speaker: text") in context order. With
+    ``vision=True`` the level-3 media of an item follow it: images and video
+    keyframes as ``{"type": "image_url", "image_url": {"url": "data:image/...;base64,..."}}``;
+    with ``audio=True`` speech clips as ``{"type": "input_audio", ...}`` (for
+    audio-capable models). A text-only reader (``vision=False``) gets the
+    captions/transcripts only, which are already the items' text. Consecutive
+    text parts are merged. A media file that cannot be read is replaced by a
+    one-line note instead of failing the whole prompt.
+    """
+    from memsys.records import Modality
+
+    parts: list[dict[str, Any]] = []
+
+    def text(t: str) -> None:
+        if parts and parts[-1]["type"] == "text":
+            parts[-1]["text"] += "\n" + t
+        else:
+            parts.append({"type": "text", "text": t})
+
+    for n, item in enumerate(context.items, start=1):
+        head = item.header(include_metadata)
+        body = item.text
+        if include_metadata and item.mau.details.get("resolved_times"):
+            body += " (" + "; ".join(item.mau.details["resolved_times"]) + ")"
+        text(f"{n}. {head} {body}".replace("  ", " ").strip())
+        for media in item.media:
+            try:
+                if vision and media.modality in (Modality.IMAGE, Modality.VIDEO) and media.mime.startswith("image/"):
+                    data, mime = _image_for_reader(media.path, media.mime, max_side)
+                    label = "keyframe of the video scene above" if media.modality == Modality.VIDEO else "image above"
+                    text(f"   [{label}]")
+                    parts.append({"type": "image_url", "image_url": {"url": _data_url(data, mime)}})
+                elif audio and media.modality == Modality.AUDIO and media.mime in ("audio/wav", "audio/x-wav"):
+                    import base64
+
+                    parts.append({"type": "input_audio", "input_audio": {
+                        "data": base64.b64encode(Path(media.path).read_bytes()).decode("ascii"), "format": "wav"}})
+            except (OSError, MediaInputError) as exc:
+                text(f"   [{media.modality.value} unavailable: {type(exc).__name__}]")
+    if include_graph and getattr(context, "graph_facts", None):
+        text("\nRelated facts from the knowledge graph:\n" + "\n".join(f"- {f}" for f in context.graph_facts))
+    return parts

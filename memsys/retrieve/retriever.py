@@ -160,9 +160,14 @@ class Retriever:
                 return RawContent(text=f"{raw.get('speaker')}: {text}")
             return None
         cost = int(self.cfg.pyramid.modality_tokens.get(mau.modality.value, 500))
-        path = str(self.store.cold.path(mau.pointer))
-        return RawContent(media=MediaPart(mau.modality, mau.pointer, path,
-                                          mau.details.get("mime", _MIME.get(mau.modality.value, "application/octet-stream")), cost))
+        pointer = mau.pointer
+        mime = mau.details.get("mime", _MIME.get(mau.modality.value, "application/octet-stream"))
+        if mau.modality == Modality.VIDEO and mau.details.get("keyframe_pointer"):
+            # readers take images, not video files: a scene's raw content is its keyframe
+            # (memsys.media keeps the whole clip behind mau.pointer, with the scene's time_span)
+            pointer, mime = mau.details["keyframe_pointer"], mau.details.get("keyframe_mime", "image/jpeg")
+        path = str(self.store.cold.path(pointer))
+        return RawContent(media=MediaPart(mau.modality, pointer, path, mime, cost))
 
 
 def retrieve_many(retriever: Retriever, queries: Sequence[str]) -> list[Retrieval]:

@@ -78,27 +78,36 @@ def _encodable_record(m: MAU) -> str:
     return record
 
 
-def _recover_hot_journal(hot: Path) -> None:
-    """Roll back a transaction left by a killed writer before a read-only open.
+def _connect_read_only(hot: Path) -> sqlite3.Connection:
+    """A read-only connection, after rolling back a transaction left by a killed writer.
 
     A read-only SQLite connection cannot replay a hot rollback journal and fails with
     "attempt to write a readonly database"; rolling it back is what any read-write
     open does first, and it only ever removes the uncommitted batch.
     """
+    # as_uri() percent-escapes '?', '#' and '%' in the path (an f-string URI would not)
+    uri = f"{hot.resolve().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
     journal = hot.with_name(hot.name + "-journal")
-    if not journal.exists() or journal.stat().st_size == 0:
-        return
     try:
-        conn = sqlite3.connect(hot, isolation_level=None)
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # the first read meets a hot journal
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+        if not journal.exists():
+            raise
+    try:
+        rw = sqlite3.connect(hot, isolation_level=None)
         try:
-            conn.execute("PRAGMA quick_check").fetchone()  # the first read replays the journal
+            rw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # replays the journal
         finally:
-            conn.close()
+            rw.close()
     except sqlite3.Error as exc:
         raise StoreError(
             f"{hot} has a rollback journal ({journal.name}) from a writer that was killed or is still running, "
             f"and it cannot be recovered here ({exc}); open the store read-write once where it is writable"
         ) from exc
+    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
 
 
 class MemoryStore:
@@ -184,10 +193,7 @@ class MemoryStore:
             raise StoreCorruptError(f"store hot tier missing: {hot}")
         try:
             if read_only:
-                _recover_hot_journal(hot)
-                # as_uri() percent-escapes '?', '#' and '%' in the path (an f-string URI would not)
-                conn = sqlite3.connect(f"{hot.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                       isolation_level=None)
+                conn = _connect_read_only(hot)
             else:
                 conn = sqlite3.connect(hot, check_same_thread=False, isolation_level=None)
             check = conn.execute("PRAGMA quick_check").fetchone()[0]

@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_python(code: str, cwd: Path | None = None, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join([str(cwd or REPO), str(REPO)])}
+    path = os.pathsep.join([str(cwd or REPO), str(REPO)])
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": path}
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

@@ -1,0 +1,521 @@
+"""Media ingestion: images, audio and video -> gated MAUs in a ``Memory``.
+
+Every public function takes the memory first and an optional ``report``
+(:class:`MediaReport`). A bad item (corrupt image, zero-length audio, unsupported
+codec, over the size cap, sample rate below the minimum) raises a one-line
+:class:`MediaInputError` when no report is given; with a report the error is
+recorded for that item and the function returns ``None`` / ``[]`` so a batch
+carries on. Missing dependencies and store failures always raise: they would
+fail every following item too.
+
+What a MAU holds per modality (the summary is what gets embedded and searched):
+
+* image: summary ``[image <image_id>] <caption>``; pointer = the image bytes as
+  given; ``details``: mime, width, height, sha256, caption_source, novelty,
+  image_encoder and ``image_vec_pointer`` (the encoder vector as raw float32 in
+  the cold tier, so the hot tier stays small and a reopened store can re-seed
+  the vision gate).
+* audio: one MAU per kept speech segment, summary = transcript or
+  ``[speech segment 12.3-15.8 s]``; pointer = that segment as a 16 kHz mono WAV;
+  ``time_span`` = seconds in the source file; prev/next links.
+* video: one MAU per scene, prev/next links; pointer = the whole file (stored
+  once, shared by its scenes), ``time_span`` = the scene's seconds;
+  ``details["keyframe_pointer"]`` = a downscaled JPEG of the scene's first frame.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from memsys.errors import DuplicateIdError
+from memsys.media import MediaInputError
+from memsys.media.audio import encode_wav, find_speech_segments, load_audio, rms
+from memsys.media.encoders import ImageEncoder, make_image_encoder
+from memsys.media.gates import AudioGate, CrossModalGate, VisionNoveltyGate, recent_text_window
+from memsys.media.image import decode_image, encode_jpeg, read_media_bytes
+from memsys.media.video import segment_scenes
+from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality
+from memsys.store.atomic import sha256_bytes
+from memsys.store.cold import POINTER_PREFIX, ColdStore
+
+log = logging.getLogger(__name__)
+
+Captioner = Callable[[bytes, str], str]  # (image bytes, mime) -> caption
+TranscriptFn = Callable[[np.ndarray, int], str]  # (float32 mono samples, sample rate) -> text
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".gif", ".webp", ".bmp", ".tif", ".tiff"}
+AUDIO_EXTS = {".wav", ".mp3", ".flac", ".ogg", ".m4a", ".opus"}
+VIDEO_EXTS = {".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi", ".mpg", ".mpeg"}
+
+
+# ----------------------------------------------------------------------------- reports
+@dataclass
+class MediaItemReport:
+    """What happened to one input item (a file or bytes)."""
+
+    item: str
+    modality: str
+    decision: IngestDecision | None = None  # item-level verdict; None when it failed
+    mau_ids: list[str] = field(default_factory=list)
+    error: str | None = None  # one line
+    notes: list[str] = field(default_factory=list)  # resampling, captioner failures...
+    parts: list[dict[str, Any]] = field(default_factory=list)  # per segment / scene decisions
+    stats: dict[str, float] = field(default_factory=dict)
+    bytes_in: int = 0
+    bytes_stored: int = 0  # bytes newly written to the cold tier for this item
+
+    def line(self) -> str:
+        if self.error:
+            return f"ERROR {self.modality}: {self.error}"  # errors name their item
+        d = self.decision
+        verdict = f"{d.verdict} ({d.reason})" if d and d.reason else (d.verdict if d else "?")
+        note = f" [{'; '.join(self.notes)}]" if self.notes else ""
+        return f"{'kept' if self.mau_ids else 'dropped'} {self.modality} {self.item}: {verdict}, {len(self.mau_ids)} MAU(s){note}"
+
+
+@dataclass
+class MediaReport:
+    items: list[MediaItemReport] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[MediaItemReport]:
+        return [i for i in self.items if i.error]
+
+    @property
+    def mau_ids(self) -> list[str]:
+        return [m for i in self.items for m in i.mau_ids]
+
+    def count(self, modality: str | None = None) -> dict[str, int]:
+        items = [i for i in self.items if modality is None or i.modality == modality]
+        return {
+            "items": len(items),
+            "kept": sum(bool(i.mau_ids) for i in items),
+            "dropped": sum(not i.mau_ids and not i.error for i in items),
+            "errors": sum(bool(i.error) for i in items),
+            "maus": sum(len(i.mau_ids) for i in items),
+        }
+
+    def lines(self) -> list[str]:
+        return [i.line() for i in self.items]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": self.count(), "items": [asdict(i) for i in self.items]}
+
+
+# ----------------------------------------------------------------------------- per-memory state
+class _MediaState:
+    """Gate state that must persist across calls for one memory (the image stream)."""
+
+    def __init__(self, memory: Any):
+        cfg = memory.cfg.ingest.media
+        if cfg.image_uncertain not in ("keep", "drop"):
+            from memsys.errors import ConfigError
+
+            raise ConfigError(f"media.image_uncertain must be keep | drop, got {cfg.image_uncertain!r}")
+        self.lock = threading.RLock()
+        self.encoder: ImageEncoder | None = None
+        self.image_gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, cfg.vision_window,
+                                            keep_uncertain=cfg.image_uncertain == "keep")
+        self.seen_sha: dict[str, str] = {}  # sha256 of an ingested file -> first MAU id
+        for m in memory.store.maus:
+            sha = m.details.get("sha256") or m.details.get("source_sha256")
+            if m.modality != Modality.TEXT and sha:
+                self.seen_sha.setdefault(sha, m.id)
+
+    def encoder_for(self, memory: Any, override: ImageEncoder | None) -> ImageEncoder:
+        enc = override or self.encoder or make_image_encoder(memory.cfg.ingest.media)
+        if self.encoder is None or enc.name != self.encoder.name:
+            self.encoder = enc
+            self._seed_image_gate(memory, enc)
+        return enc
+
+    def _seed_image_gate(self, memory: Any, enc: ImageEncoder) -> None:
+        """References from stored images of the same encoder (so a reopened store keeps its gate)."""
+        cfg = memory.cfg.ingest.media
+        self.image_gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, cfg.vision_window,
+                                            keep_uncertain=cfg.image_uncertain == "keep")
+        refs = []
+        for m in reversed(memory.store.maus):
+            if len(refs) >= cfg.vision_window:
+                break
+            ptr = m.details.get("image_vec_pointer")
+            if m.modality == Modality.IMAGE and ptr and m.details.get("image_encoder") == enc.name \
+                    and m.details.get("novelty") == "novel":
+                try:
+                    refs.append(np.frombuffer(memory.store.cold.get(ptr), np.float32))
+                except Exception as exc:  # a missing vector only weakens the gate
+                    log.warning("image vector %s of %s unreadable: %s", ptr, m.id, exc)
+        self.image_gate.seed(reversed(refs))
+
+
+_STATES: "weakref.WeakKeyDictionary[Any, _MediaState]" = weakref.WeakKeyDictionary()
+_STATES_LOCK = threading.Lock()
+
+
+def media_state(memory: Any) -> _MediaState:
+    with _STATES_LOCK:
+        st = _STATES.get(memory)
+        if st is None:
+            st = _STATES[memory] = _MediaState(memory)
+        return st
+
+
+# ----------------------------------------------------------------------------- helpers
+def _put(cold: ColdStore, data: bytes, ext: str) -> tuple[str, int]:
+    """Cold pointer and the number of bytes newly written (0 when deduplicated)."""
+    existed = cold.path(f"{POINTER_PREFIX}{sha256_bytes(data)}.{ext.lstrip('.')}").exists()
+    return cold.put(data, ext), 0 if existed else len(data)
+
+
+def _label(source: Any) -> str:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return f"<{len(source)} bytes>"
+    return str(source)
+
+
+def _finish(report: "MediaReport | None", item: MediaItemReport, exc: Exception | None = None) -> None:
+    if exc is not None:
+        if report is None:
+            raise exc
+        item.error = str(exc)
+    if report is not None:
+        report.items.append(item)
+
+
+def _offset(ts: datetime | None, seconds: float) -> datetime | None:
+    return ts + timedelta(seconds=round(seconds, 3)) if ts is not None else None
+
+
+def _link_chain(maus: Sequence[MAU]) -> None:
+    for a, b in zip(maus, maus[1:]):
+        a.links.append(Link(LinkKind.NEXT, b.id))
+        b.links.append(Link(LinkKind.PREV, a.id))
+
+
+def _call_captioner(captioner: Captioner, data: bytes, mime: str, item: MediaItemReport, what: str) -> str | None:
+    try:
+        text = captioner(data, mime)
+    except Exception as exc:  # an LLM failure must not lose the image
+        item.notes.append(f"captioner failed for {what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return None
+    text = " ".join(str(text or "").split())
+    return text or None
+
+
+def llm_captioner(client: Any, prompt: str = "Describe this image in one or two factual sentences: "
+                  "the objects, people, text and setting you see.", max_tokens: int = 120) -> Captioner:
+    """A captioner from any client with an OpenAI-style ``chat(messages, max_tokens=)``
+    returning an object with ``.text`` (memsys.llm.client.LLMClient does); the model must
+    accept images (``LLMConfig.supports_vision``)."""
+    import base64
+
+    def caption(data: bytes, mime: str) -> str:
+        url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+        reply = client.chat([{"role": "user", "content": [
+            {"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": url}}]}],
+            max_tokens=max_tokens)
+        return str(getattr(reply, "text", reply))
+
+    return caption
+
+
+# ----------------------------------------------------------------------------- images
+def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = None, *,
+                 timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
+                 image_id: str | None = None, speaker: str | None = None, source_id: str | None = None,
+                 captioner: Captioner | None = None, encoder: ImageEncoder | None = None,
+                 report: MediaReport | None = None) -> MAU | None:
+    """Gate and store one image; the MAU, or None when a gate rejected it (or it failed).
+
+    Order: exact duplicate (same bytes already stored) -> vision gate -> caption
+    (given, else ``captioner``) -> cross-modal gate. The captioner runs only for
+    images the vision gate lets through, so static images cost no LLM call.
+    """
+    cfg = memory.cfg.ingest.media
+    item = MediaItemReport(_label(image), "image")
+    try:
+        data, item.item = read_media_bytes(image, cfg.max_image_bytes, "image")
+        item.bytes_in = len(data)
+        dec = decode_image(data, item.item)
+        sha = sha256_bytes(data)
+        st = media_state(memory)
+        with st.lock:
+            if sha in st.seen_sha:
+                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
+                _finish(report, item)
+                return None
+            mid = id or f"img-{sha[:16]}"
+            if mid in memory.store.positions:
+                raise DuplicateIdError(f"image {item.item}: MAU id {mid!r} already in the store")
+            enc = st.encoder_for(memory, encoder)
+            vec = enc.encode_one(dec.image)
+            vision = st.image_gate.check(vec, commit=False)
+            item.stats["vision_cosine"] = vision.score
+            if not vision.accepted:
+                item.decision = vision
+                _finish(report, item)
+                return None
+            caption_source = "given" if caption and caption.strip() else "none"
+            caption = " ".join(caption.split()) if caption and caption.strip() else None
+            if caption is None and captioner is not None:
+                caption = _call_captioner(captioner, data, dec.mime, item, "image")
+                caption_source = "captioner" if caption else "none"
+            decision = vision
+            if caption and cfg.crossmodal:
+                text_cfg = memory.cfg.ingest.text
+                cross = CrossModalGate(cfg.crossmodal_reject_above, text_cfg.uncertain_above).check(
+                    caption, recent_text_window(memory.store.maus, text_cfg.window))
+                item.stats["crossmodal_jaccard"] = cross.score
+                if not cross.accepted:
+                    item.decision = cross
+                    _finish(report, item)
+                    return None
+                if cross.verdict == "uncertain" and vision.verdict != "uncertain":
+                    decision = IngestDecision(True, "uncertain", vision.score, f"{vision.reason}; {cross.reason}".strip("; "))
+            pointer, new_bytes = _put(memory.store.cold, data, dec.ext)
+            vec_pointer, new_vec = _put(memory.store.cold, np.asarray(vec, np.float32).tobytes(), "f32")
+            tag = f"[image {image_id}]" if image_id else "[image]"
+            summary = f"{tag} {caption}" if caption else f"{tag} {dec.width}x{dec.height} {dec.mime} (no caption)"
+            details: dict[str, Any] = {
+                "mime": dec.mime, "width": dec.width, "height": dec.height, "bytes": len(data), "sha256": sha,
+                "caption_source": caption_source, "novelty": decision.verdict,
+                "image_encoder": enc.name, "image_vec_pointer": vec_pointer,
+            }
+            if caption:
+                details["caption"] = caption
+            if image_id:
+                details["image_id"] = image_id
+            if not isinstance(image, (bytes, bytearray, memoryview)):
+                details["source"] = str(image)
+            mau = MAU(id=mid, summary=summary, modality=Modality.IMAGE, timestamp=timestamp, pointer=pointer,
+                      session_id=session_id, source_id=source_id or image_id, speaker=speaker, details=details,
+                      persons=[speaker] if speaker else [])
+            memory.add_maus([mau])
+            if decision.verdict == "novel":  # only a clear change moves the reference
+                st.image_gate.accept(vec)
+            st.seen_sha[sha] = mid
+        item.decision, item.mau_ids, item.bytes_stored = decision, [mid], new_bytes + new_vec
+        _finish(report, item)
+        return mau
+    except (MediaInputError, DuplicateIdError) as exc:
+        _finish(report, item, exc)
+        return None
+
+
+@dataclass
+class ImageItem:
+    """One image for :func:`ingest_images` (fields as in :func:`ingest_image`)."""
+
+    source: str | Path | bytes
+    caption: str | None = None
+    timestamp: datetime | None = None
+    session_id: str | None = None
+    id: str | None = None
+    image_id: str | None = None
+    speaker: str | None = None
+    source_id: str | None = None
+
+
+def ingest_images(memory: Any, items: Iterable[ImageItem], *, captioner: Captioner | None = None,
+                  encoder: ImageEncoder | None = None, report: MediaReport | None = None) -> MediaReport:
+    """Ingest images in order; a bad one is reported and the rest go on."""
+    report = report if report is not None else MediaReport()
+    for it in items:
+        ingest_image(memory, it.source, it.caption, timestamp=it.timestamp, session_id=it.session_id, id=it.id,
+                     image_id=it.image_id, speaker=it.speaker, source_id=it.source_id, captioner=captioner,
+                     encoder=encoder, report=report)
+    return report
+
+
+# ----------------------------------------------------------------------------- audio
+def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: TranscriptFn | None = None, *,
+                 timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
+                 speaker: str | None = None, report: MediaReport | None = None) -> list[MAU]:
+    """Speech segments of an audio file as MAUs (silence and non-speech are not stored)."""
+    cfg = memory.cfg.ingest.media
+    item = MediaItemReport(_label(audio), "audio")
+    try:
+        data, item.item = read_media_bytes(audio, cfg.max_audio_bytes, "audio")
+        item.bytes_in = len(data)
+        sha = sha256_bytes(data)
+        st = media_state(memory)
+        with st.lock:
+            if sha in st.seen_sha:
+                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
+                _finish(report, item)
+                return []
+        clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
+        item.notes.extend(clip.notes)
+        gate = AudioGate(cfg.vad_threshold, cfg.silence_energy, cfg.min_speech_ms, cfg.audio_keep_uncertain)
+        total_rms = rms(clip.samples)
+        item.stats.update(duration_s=round(clip.duration, 3), rms=round(total_rms, 5))
+        if gate.is_silent(total_rms):
+            segments = []
+            item.decision = IngestDecision(False, "silence", total_rms,
+                                           f"whole file energy {total_rms:.4f} < {cfg.silence_energy}")
+        else:
+            segments = find_speech_segments(clip.samples, clip.sample_rate, threshold=cfg.vad_threshold,
+                                            min_segment_ms=cfg.vad_min_segment_ms,
+                                            min_silence_ms=cfg.vad_min_silence_ms, pad_ms=cfg.vad_speech_pad_ms)
+        base = id or f"aud-{sha[:16]}"
+        maus: list[MAU] = []
+        new_bytes = 0
+        verdicts: dict[str, int] = {}
+        for k, seg in enumerate(segments):
+            d = gate.check(seg)
+            verdicts[d.verdict] = verdicts.get(d.verdict, 0) + 1
+            part = {"span": [round(seg.start, 3), round(seg.end, 3)], "verdict": d.verdict,
+                    "speech_prob": round(seg.speech_prob, 3), "rms": round(seg.rms, 4), "mau_id": None}
+            item.parts.append(part)
+            if not d.accepted:
+                continue
+            a, b = int(seg.start * clip.sample_rate), int(seg.end * clip.sample_rate)
+            samples = clip.samples[a:b]
+            transcript = None
+            if transcript_fn is not None:
+                try:
+                    transcript = " ".join(str(transcript_fn(samples, clip.sample_rate) or "").split()) or None
+                except Exception as exc:
+                    item.notes.append(f"transcript failed for {seg.start:.1f}-{seg.end:.1f} s: {type(exc).__name__}")
+            pointer, nb = _put(memory.store.cold, encode_wav(samples, clip.sample_rate), "wav")
+            new_bytes += nb
+            mid = f"{base}:seg{len(maus):03d}"
+            if mid in memory.store.positions:
+                raise DuplicateIdError(f"audio {item.item}: MAU id {mid!r} already in the store")
+            details = {"mime": "audio/wav", "source": item.item, "source_sha256": sha,
+                       "speech_prob": round(seg.speech_prob, 4), "rms": round(seg.rms, 5), "novelty": d.verdict,
+                       "transcript_source": "transcript_fn" if transcript else "none"}
+            if transcript:
+                details["transcript"] = transcript
+            maus.append(MAU(id=mid, summary=transcript or f"[speech segment {seg.start:.1f}-{seg.end:.1f} s]",
+                            modality=Modality.AUDIO, timestamp=_offset(timestamp, seg.start), pointer=pointer,
+                            session_id=session_id, source_id=base, speaker=speaker, details=details,
+                            persons=[speaker] if speaker else [], time_span=(round(seg.start, 3), round(seg.end, 3))))
+            part["mau_id"] = mid
+        _link_chain(maus)
+        if maus:
+            memory.add_maus(maus)
+            with st.lock:
+                st.seen_sha[sha] = maus[0].id
+        speech_s = sum(m.time_span[1] - m.time_span[0] for m in maus)  # type: ignore[index]
+        item.stats.update(segments_found=len(segments), segments_kept=len(maus), speech_s=round(speech_s, 3),
+                          **{f"verdict_{k}": v for k, v in verdicts.items()})
+        if item.decision is None:
+            summary = ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())) or "no speech found"
+            item.decision = IngestDecision(bool(maus), "speech" if maus else "no_speech",
+                                           speech_s / clip.duration if clip.duration else 0.0,
+                                           f"{len(maus)} of {len(segments)} segments kept ({summary})")
+        item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
+        _finish(report, item)
+        return maus
+    except (MediaInputError, DuplicateIdError) as exc:
+        _finish(report, item, exc)
+        return []
+
+
+# ----------------------------------------------------------------------------- video
+def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | None = None, *,
+                 caption: str | None = None, captioner: Captioner | None = None,
+                 timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
+                 speaker: str | None = None, encoder: ImageEncoder | None = None,
+                 report: MediaReport | None = None) -> list[MAU]:
+    """One MAU per scene (new scene = sampled frame with cosine < accept_below to the reference).
+
+    ``caption`` describes the whole video and is put in every scene's summary;
+    ``captioner`` (if given) captions each scene's keyframe.
+    """
+    cfg = memory.cfg.ingest.media
+    item = MediaItemReport(_label(video), "video")
+    try:
+        data, item.item = read_media_bytes(video, cfg.max_video_bytes, "video")
+        item.bytes_in = len(data)
+        sha = sha256_bytes(data)
+        st = media_state(memory)
+        with st.lock:
+            if sha in st.seen_sha:
+                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
+                _finish(report, item)
+                return []
+            enc = st.encoder_for(memory, encoder)
+        gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, 1, keep_uncertain=False)
+        seg = segment_scenes(data, item.item, enc, gate, sample_fps or cfg.video_sample_fps, cfg.video_max_frames)
+        item.notes.extend(seg.notes)
+        base = id or f"vid-{sha[:16]}"
+        clip_pointer, new_bytes = _put(memory.store.cold, data, seg.info.ext)
+        caption = " ".join(caption.split()) if caption and caption.strip() else None
+        maus: list[MAU] = []
+        for k, sc in enumerate(seg.scenes):
+            key = encode_jpeg(sc.keyframe.image, cfg.keyframe_max_side, cfg.keyframe_jpeg_quality)
+            key_pointer, nb = _put(memory.store.cold, key, "jpg")
+            new_bytes += nb
+            scene_caption = _call_captioner(captioner, key, "image/jpeg", item, f"scene {k}") if captioner else None
+            text = " ".join(t for t in (caption, scene_caption) if t)
+            span = (round(sc.start, 3), round(sc.end, 3))
+            tag = f"[video scene {span[0]:.1f}-{span[1]:.1f} s]"
+            mid = f"{base}:scene{k:03d}"
+            if mid in memory.store.positions:
+                raise DuplicateIdError(f"video {item.item}: MAU id {mid!r} already in the store")
+            details = {"mime": seg.info.mime, "codec": seg.info.codec, "source": item.item, "source_sha256": sha,
+                       "scene": k, "scenes": len(seg.scenes), "frames": sc.frames, "novelty": sc.decision.verdict,
+                       "keyframe_pointer": key_pointer, "keyframe_mime": "image/jpeg", "keyframe_time": sc.keyframe.time,
+                       "image_encoder": enc.name,
+                       "text": f"[video {Path(item.item).name}, scene {k + 1}/{len(seg.scenes)}, "
+                               f"{span[0]:.1f}-{span[1]:.1f} s] {text}".strip()}
+            if scene_caption:
+                details["caption"] = scene_caption
+            maus.append(MAU(id=mid, summary=f"{tag} {text}".strip(), modality=Modality.VIDEO,
+                            timestamp=_offset(timestamp, sc.start), pointer=clip_pointer, session_id=session_id,
+                            source_id=base, speaker=speaker, details=details,
+                            persons=[speaker] if speaker else [], time_span=span))
+            item.parts.append({"span": list(span), "verdict": sc.decision.verdict, "frames": sc.frames,
+                               "static": sc.static, "uncertain": sc.uncertain, "mau_id": mid})
+        _link_chain(maus)
+        memory.add_maus(maus)
+        with st.lock:
+            st.seen_sha[sha] = maus[0].id
+        static = sum(s.static for s in seg.scenes)
+        uncertain = sum(s.uncertain for s in seg.scenes)
+        item.stats.update(duration_s=round(seg.info.duration, 3), frames_sampled=seg.sampled,
+                          scenes=len(seg.scenes), frames_static=static, frames_uncertain=uncertain)
+        item.decision = IngestDecision(True, "novel", len(seg.scenes) / max(seg.sampled, 1),
+                                       f"{len(seg.scenes)} scenes from {seg.sampled} sampled frames "
+                                       f"({static} static, {uncertain} uncertain)")
+        item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
+        _finish(report, item)
+        return maus
+    except (MediaInputError, DuplicateIdError) as exc:
+        _finish(report, item, exc)
+        return []
+
+
+# ----------------------------------------------------------------------------- batches
+def ingest_files(memory: Any, paths: Iterable[str | Path], *, captions: Mapping[str, str] | None = None,
+                 captioner: Captioner | None = None, transcript_fn: TranscriptFn | None = None,
+                 sample_fps: float | None = None, timestamp: datetime | None = None,
+                 session_id: str | None = None, report: MediaReport | None = None) -> MediaReport:
+    """Ingest media files by extension; unknown types and bad files are reported, the rest go on."""
+    report = report if report is not None else MediaReport()
+    captions = captions or {}
+    for p in paths:
+        path = Path(p)
+        ext = path.suffix.lower()
+        if ext in IMAGE_EXTS:
+            ingest_image(memory, path, captions.get(str(p)) or captions.get(path.name), timestamp=timestamp,
+                         session_id=session_id, captioner=captioner, report=report)
+        elif ext in AUDIO_EXTS:
+            ingest_audio(memory, path, transcript_fn, timestamp=timestamp, session_id=session_id, report=report)
+        elif ext in VIDEO_EXTS:
+            ingest_video(memory, path, sample_fps, caption=captions.get(str(p)) or captions.get(path.name),
+                         captioner=captioner, timestamp=timestamp, session_id=session_id, report=report)
+        else:
+            report.items.append(MediaItemReport(str(path), "unknown",
+                                                error=f"unsupported file type {ext or '(none)'!r}"))
+    return report

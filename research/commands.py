@@ -1,0 +1,109 @@
+"""``memsys run | quickstart | replay | report`` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+from typing import Any
+
+QUICKSTART = ["sample=tiny", "memory=naive", "research.proposer=llm", "research.budget.experiments=3",
+              "research.loop.smoke_sample=null", "workers=2"]
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="launch (or --resume) an autonomous optimization run",
+                       description="e.g. memsys run benchmark=locomo split=dev memory=naive proposer=llm llm=local "
+                                   "research.budget.experiments=8")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a killed or finished run")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("quickstart", help="a short optimization run on the embedded defaults (< 15 min, 2 cores)")
+    p.set_defaults(func=cmd_quickstart)
+    p = sub.add_parser("replay", help="re-apply a run's recorded experiments from its base commit and re-evaluate")
+    p.add_argument("run_id")
+    p.add_argument("--only", choices=["all", "accepted"], default="all")
+    p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("report", help="HTML + PNG report of a run (or two runs side by side)")
+    p.add_argument("run_ids", nargs="+")
+    p.set_defaults(func=cmd_report)
+
+
+def _printer(console: Any):
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "experiment":
+            r = data["record"]
+            val = "-" if r.objective_value is None else f"{r.objective_value:.4f}"
+            fail = f" [red]{r.failure.get('cls')}[/]" if r.failure else ""
+            best = data["best"]
+            console.print(f"{r.experiment_id} {r.proposer:8} {r.decision:9} {val:>8}  best {best if best is None else round(best, 4)}"
+                          f"  {(r.discovery_type or '')[:22]:22} {r.hypothesis[:60]}{fail}")
+        elif kind == "propose":
+            console.print(f"[dim]{data['experiment']}: asking the {data['proposer']} proposer ({data['mode']})...[/]")
+        elif kind == "heal":
+            console.print(f"[yellow]  heal {data['experiment']} #{data['attempt']}: {data['failure']} -> {data['action']}[/]")
+    return on_event
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    from research.config import load_run_setup
+    from research.loop import ResearchLoop
+
+    console = Console()
+    if args.resume:
+        loop = ResearchLoop.from_run(args.resume, on_event=_printer(console))
+    else:
+        setup = load_run_setup([*(extra or []), *args.overrides])
+        run_id = setup.eval.eval.run_id or f"run-{datetime.now():%Y%m%d-%H%M%S}"
+        loop = ResearchLoop(setup, run_id, on_event=_printer(console))
+    console.print(f"[bold]optimization run {loop.run_id}[/] -> {loop.run_dir}")
+    state = loop.run()
+    print_summary(console, loop)
+    console.print(f"stopped: {state.stop_reason}")
+    return 0
+
+
+def print_summary(console: Any, loop: Any) -> None:
+    from rich.table import Table
+
+    from benchmarks.tracking import ui_command
+
+    t = Table(title=f"trajectory of {loop.run_id}  (objective {loop.setup.eval.objective})")
+    for c in ("exp", "proposer", "decision", "objective", "delta", "type", "hypothesis / failure"):
+        t.add_column(c, overflow="fold")
+    for r in loop.records:
+        val = "-" if r.objective_value is None else f"{r.objective_value:.4f}"
+        delta = "" if r.delta is None else f"{r.delta:+.4f}"
+        what = r.hypothesis[:70] + (f" ({r.failure.get('cls')}: {r.failure.get('message', '')[:50]})" if r.failure else "")
+        t.add_row(r.experiment_id, r.proposer, r.decision, val, delta, r.discovery_type or "", what)
+    console.print(t)
+    st = loop.state
+    start = loop.records[0].objective_value if loop.records else None
+    console.print(f"best {st.best_value} (start {start}) at commit {st.best_commit[:10]}; "
+                  f"ref refs/autoresearch/{loop.run_id}/best; {len(loop.records)} experiments in {st.elapsed_s:.0f}s")
+    console.print(f"inspect: {loop.run_dir}/trajectory.jsonl | memsys report {loop.run_id} | "
+                  f"git log refs/autoresearch/{loop.run_id}/best | {ui_command()}")
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    return cmd_run(argparse.Namespace(resume=None, overrides=args.overrides), extra=QUICKSTART)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from research.replay import replay_run
+
+    console = Console()
+    out = replay_run(args.run_id, args.overrides, only=args.only, console=console)
+    console.print(f"replay written to {out}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from memsys.paths import runs_dir
+    from research.report import main_report
+
+    path = main_report(args.run_ids, runs_dir())
+    print(f"report: {path}")
+    return 0

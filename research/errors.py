@@ -1,0 +1,35 @@
+"""Typed errors of the research loop (the healer classifies on ``kind``)."""
+
+from memsys.errors import MemsysError
+
+
+class ResearchError(MemsysError):
+    kind = "research"
+
+
+class EditApplyError(ResearchError):
+    """A SEARCH/REPLACE block did not apply (search text not found, file missing)."""
+
+    kind = "edit_apply"
+
+
+class ForbiddenEditError(ResearchError):
+    """An edit outside the mutable surface: rejected before evaluation."""
+
+    kind = "forbidden_edit"
+
+
+class ProposalFormatError(ResearchError):
+    kind = "format"
+
+
+class WorkspaceError(ResearchError):
+    kind = "workspace"
+
+
+class RunStateError(ResearchError):
+    kind = "run_state"
+
+
+class EvaluationError(ResearchError):
+    kind = "evaluation"

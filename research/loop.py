@@ -1,0 +1,616 @@
+"""The autonomous research loop: propose -> edit on a branch -> evaluate in the sandbox -> decide.
+
+Every step is journaled (trajectory.jsonl) and the loop state saved atomically, so
+``memsys run --resume <run-id>`` continues exactly where a killed run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from contextlib import ExitStack, nullcontext
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from memsys.errors import MemsysError
+from memsys.paths import REPO_ROOT, runs_dir
+from memsys.store.atomic import atomic_write_json
+from research import decide as D
+from research.config import RunSetup, run_setup_from_dict
+from research.edits import apply_config_overrides, apply_edits
+from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
+from research.evaluate import EvalOutcome, EvalRequest, evaluate
+from research.failures import Failure, FailureClass, classify_exception
+from research.healing import edits_without_import, plan_heal
+from research.proposers.base import Proposal, Proposer, ResearchContext
+from research.state import LoopState
+from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
+from research.workspace import Workspace, Worktree
+
+log = logging.getLogger(__name__)
+CONTEXT_FILES = ("memsys/answer/prompts/default/constraints.txt", "memsys/retrieve/merge.py",
+                 "memsys/retrieve/pyramid.py", "memsys/ingest/text_gate.py")
+
+
+def _now() -> str:
+    return datetime.now().isoformat(timespec="seconds")
+
+
+def numeric(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class ResearchLoop:
+    def __init__(self, setup: RunSetup, run_id: str, *, resume: bool = False,
+                 llm_opener: Callable[..., Any] | None = None, sandbox: Any = None,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None):
+        self.setup, self.run_id = setup, run_id
+        self.run_dir = runs_dir() / run_id
+        self.resume = resume
+        self.on_event = on_event or (lambda kind, data: None)
+        self._llm_opener = llm_opener
+        self._sandbox = sandbox
+        rc = setup.research
+        repo = Path(rc.repo) if rc.repo else REPO_ROOT
+        self.ws = Workspace(repo, run_id, self.run_dir / "worktrees")
+        self.preset = setup.eval.memory.name
+        self.records: list[ExperimentRecord] = []
+        self.state: LoopState | None = None
+        self.llm = None
+        self.llm_overrides: list[str] = []
+        self.workers_override: int | None = None
+
+    # ------------------------------------------------------------------ setup
+    @classmethod
+    def from_run(cls, run_id: str, **kw: Any) -> "ResearchLoop":
+        run_dir = runs_dir() / run_id
+        cfg_path = run_dir / "config.json"
+        if not cfg_path.exists():
+            known = sorted(p.name for p in runs_dir().iterdir() if (p / "state.json").exists()) if runs_dir().exists() else []
+            raise RunStateError(f"no optimization run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
+        raw = json.loads(cfg_path.read_text())
+        return cls(run_setup_from_dict(raw["config"], raw.get("overrides", [])), run_id, resume=True, **kw)
+
+    def _init_state(self) -> None:
+        if self.resume:
+            self.state = LoopState.load(self.run_dir)
+            for w in repair_trajectory(self.run_dir):
+                log.warning(w)
+            self.records, _ = read_trajectory(self.run_dir)
+            if len(self.records) > self.state.next_index:  # killed between journal and state write
+                self._reconcile_from_records()
+            n = self.ws.cleanup()
+            if n:
+                log.info("removed %d worktree(s) left by the killed run", n)
+            self.state.status = "running"
+            return
+        if self.run_dir.exists() and (self.run_dir / "state.json").exists():
+            raise RunStateError(f"run '{self.run_id}' exists; resume it with: memsys run --resume {self.run_id}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dirty = self.ws.uncommitted_changes()
+        if dirty:
+            log.warning("the repo has uncommitted changes (%s...); the run starts from HEAD without them",
+                        ", ".join(dirty[:3]))
+        base = self.ws.head_commit()
+        self.ws.init_refs(base)
+        atomic_write_json(self.run_dir / "config.json", {"config": self.setup.eval.raw | {"research": asdict(self.setup.research)},
+                                                          "overrides": self.setup.overrides})
+        self.state = LoopState(self.run_id, str(self.ws.root), base, base)
+        self.state.save(self.run_dir)
+
+    def _reconcile_from_records(self) -> None:
+        st = self.state
+        st.next_index = len(self.records)
+        for r in self.records:
+            if r.decision in ("baseline", "proceed") and r.objective_value is not None and r.commit:
+                st.best_value, st.best_commit, st.best_metrics = r.objective_value, r.commit, r.metrics
+        self.ws.move_best(st.best_commit)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> LoopState:
+        self._init_state()
+        st = self.state
+        started = time.monotonic() - st.elapsed_s
+        with ExitStack() as stack:
+            self._open_llm(stack)
+            self._mlflow_parent()
+            proposer = self._make_proposer()
+            try:
+                while True:
+                    st.elapsed_s = time.monotonic() - started
+                    reason = self._stop_reason()
+                    if reason:
+                        st.status, st.stop_reason = "finished", reason
+                        break
+                    if st.next_index == 0:
+                        self._baseline()
+                    else:
+                        self._experiment(self._proposer_for(proposer, st.next_index))
+                    st.elapsed_s = time.monotonic() - started
+                    st.save(self.run_dir)
+            except KeyboardInterrupt:
+                st.status, st.stop_reason = "stopped", "interrupted (resume with memsys run --resume)"
+                raise
+            finally:
+                st.elapsed_s = time.monotonic() - started
+                st.save(self.run_dir)
+                self.ws.cleanup()
+                self._mlflow_finish()
+        return st
+
+    def _stop_reason(self) -> str | None:
+        st, b = self.state, self.setup.research.budget
+        done = sum(1 for r in self.records if r.index > 0)
+        if st.next_index > 0 and st.best_value is None:
+            return "the baseline evaluation failed; fix it before optimizing"
+        if done >= b.experiments:
+            return f"experiment budget spent ({done}/{b.experiments})"
+        if st.elapsed_s >= b.wall_time_s:
+            return f"wall-time budget spent ({st.elapsed_s:.0f}s)"
+        if st.tokens >= b.tokens:
+            return f"token budget spent ({st.tokens})"
+        if st.cost_usd >= b.usd:
+            return f"USD budget spent ({st.cost_usd:.2f})"
+        if st.pivots > self.setup.research.loop.max_pivots:
+            return f"pivot cap reached ({st.pivots})"
+        lc = self.setup.research.loop
+        vals = [r.objective_value for r in self.records if r.index > 0 and r.objective_value is not None]
+        recent_proceeds = any(r.decision == "proceed" for r in self.records[-lc.ceiling_window:])
+        if not recent_proceeds and D.ceiling_reached(vals, lc.ceiling_window, lc.ceiling_band):
+            return f"ceiling: last {lc.ceiling_window} evaluations within {lc.ceiling_band:.1%}"
+        return None
+
+    # ------------------------------------------------------------------ LLM, proposers
+    def _needs_llm(self) -> bool:
+        return self.setup.eval.eval.reader == "llm" or self.setup.research.proposer in ("llm", "alternate")
+
+    def _open_llm(self, stack: ExitStack) -> None:
+        if not self._needs_llm():
+            return
+        from memsys.llm.budget import Budget
+
+        cfg = self.setup.eval.llm
+        opener = self._llm_opener
+        if opener is None:
+            from memsys.llm.client import open_llm as opener
+        b = self.setup.research.budget
+        self.llm = stack.enter_context(opener(cfg, budget=Budget(max_tokens=b.tokens, max_usd=b.usd)))
+        base_url = str(self.llm._client.base_url).rstrip("/")
+        if cfg.backend == "local":
+            # evaluations reuse the loop's local server through the same OpenAI protocol
+            self.llm_overrides = ["llm.backend=openai", f"llm.base_url={base_url}", f"llm.model={cfg.model}"]
+        else:
+            self.llm_overrides = [f"llm.base_url={base_url}"] if cfg.base_url else []
+
+    def _make_proposer(self) -> dict[str, Proposer]:
+        out: dict[str, Proposer] = {}
+        kind = self.setup.research.proposer
+        if kind in ("llm", "alternate"):
+            from research.proposers.llm import LLMProposer
+
+            out["llm"] = LLMProposer(self.llm)
+        if kind in ("optuna", "alternate"):
+            from research.proposers.optuna_proposer import OptunaProposer
+
+            out["optuna"] = OptunaProposer(self.run_dir / "optuna.db", self.run_id)
+        return out
+
+    def _proposer_for(self, proposers: dict[str, Proposer], index: int) -> Proposer:
+        if len(proposers) == 1:
+            return next(iter(proposers.values()))
+        return proposers["llm" if index % 2 == 1 else "optuna"]
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_overrides(self, sample: str | None = None, experiment_id: str = "") -> list[str]:
+        ev = self.setup.eval
+        ov = [o for o in self.setup.overrides if not o.startswith(("research.", "run_id", "mlflow_experiment",
+                                                                  "parent_run_id", "sample"))]
+        ov = [o for o in ov if not o.startswith("memory.")]  # memory changes live in the preset file
+        ov += [f"memory={self.preset}", f"split={ev.eval.split}", f"run_id={self.run_id}-{experiment_id}",
+               f"mlflow_experiment={ev.eval.mlflow_experiment}"]
+        ov.append(f"sample={sample if sample is not None else (ev.eval.sample or 'full')}")
+        ov.append(f"mlflow={'true' if ev.eval.mlflow else 'false'}")
+        if self.state.mlflow_parent_run_id:
+            ov.append(f"parent_run_id={self.state.mlflow_parent_run_id}")
+        if self.workers_override:
+            ov.append(f"workers={self.workers_override}")
+        ov += self.llm_overrides
+        return ov
+
+    def _sandbox_obj(self) -> Any:
+        if self._sandbox is None:
+            from sandbox import make_sandbox
+
+            self._sandbox = make_sandbox(self.setup.research.sandbox.backend)
+            log.info("sandbox backend: %s", getattr(self._sandbox, "name", "?"))
+        return self._sandbox
+
+    def _network(self) -> str:
+        if self.setup.eval.eval.reader != "llm":
+            return "none"
+        from memsys.llm.client import is_loopback
+
+        return "loopback" if is_loopback(str(self.llm._client.base_url)) else "host"
+
+    def _run_eval(self, wt: Worktree, experiment_id: str, sample: str | None, code_changed: bool,
+                  edited: list[str], tag: str = "") -> EvalOutcome:
+        sc = self.setup.research.sandbox
+        extra = {}
+        cfg = self.setup.eval.llm
+        if self.setup.eval.eval.reader == "llm" and cfg.backend != "local":
+            import os
+
+            if cfg.api_key_env in os.environ:  # only to the sandbox that needs it, never to disk
+                extra[cfg.api_key_env] = os.environ[cfg.api_key_env]
+        req = EvalRequest(worktree=wt.path, out_dir=self.run_dir / "evals" / f"{experiment_id}{tag}",
+                          overrides=self._eval_overrides(sample, experiment_id + tag),
+                          wall_timeout_s=sc.wall_timeout_s, memory_bytes=int(sc.memory_gb * (1 << 30)),
+                          network=self._network(), extra_env=extra)
+        return evaluate(self._sandbox_obj(), req, parent_metrics=numeric(self.state.best_metrics) or None,
+                        code_changed=code_changed, edited_paths=edited)
+
+    # ------------------------------------------------------------------ steps
+    def _baseline(self) -> None:
+        st = self.state
+        exp_id = "exp-000"
+        rec = ExperimentRecord(self.run_id, 0, exp_id, "baseline", st.base_commit, started=_now(),
+                               hypothesis="baseline: the starting configuration", objective=self.setup.eval.objective)
+        t0 = time.perf_counter()
+        wt = self.ws.create(exp_id, st.base_commit)
+        rec.commit, rec.branch = st.base_commit, wt.branch
+        values = []
+        try:
+            for rep in range(max(1, self.setup.research.loop.baseline_repeats)):
+                out = self._run_eval(wt, exp_id, None, False, [], tag="" if rep == 0 else f"-r{rep}")
+                if not out.ok:
+                    rec.failure = out.failure.to_dict()
+                    break
+                values.append(out.objective_value)
+                if rep == 0:
+                    rec.metrics, rec.eval_run_id = out.result["metrics"], out.result["run_id"]
+                    rec.mlflow_run_id = out.result.get("mlflow_run_id")
+        finally:
+            self.ws.remove(wt.path)
+        rec.durations = {"eval_s": time.perf_counter() - t0, "total_s": time.perf_counter() - t0}
+        if values and all(v is not None for v in values):
+            rec.objective_value = values[0]
+            rec.decision = "baseline"
+            st.best_value, st.best_metrics = values[0], rec.metrics
+            st.best_eval_dir = str(self.run_dir / "evals" / exp_id / rec.eval_run_id)
+            st.noise_floor = (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
+            rec.notes = f"noise floor {st.noise_floor:.4f} from {len(values)} repeat(s)"
+        self._finish(rec)
+
+    def _experiment(self, proposer: Proposer) -> None:
+        st = self.state
+        lc = self.setup.research.loop
+        index = st.next_index
+        exp_id = f"exp-{index:03d}"
+        rec = ExperimentRecord(self.run_id, index, exp_id, proposer.name, st.best_commit, started=_now(),
+                               objective=self.setup.eval.objective, best_before=st.best_value)
+        t_start = time.perf_counter()
+        ctx = self._context()
+        self.on_event("propose", {"experiment": exp_id, "proposer": proposer.name, "mode": st.mode})
+        try:
+            prop = proposer.propose(ctx)
+        except (ProposalFormatError, MemsysError) as exc:
+            rec.durations["propose_s"] = time.perf_counter() - t_start
+            rec.failure = classify_exception(exc).to_dict() | {"stage": "propose"}
+            rec.decision = "failed"
+            self._count_failure(rec)
+            return self._finish(rec)
+        t_prop = time.perf_counter()
+        rec.durations["propose_s"] = t_prop - t_start
+        self._take_proposal(rec, prop)
+        wt = self.ws.create(exp_id, st.best_commit)
+        rec.branch = wt.branch
+        try:
+            edited, error = self._apply(wt, prop)
+            if error is not None and not isinstance(error, ForbiddenEditError) and proposer.name == "llm":
+                # sent back once with the error
+                try:
+                    prop2 = proposer.repair(ctx, prop, str(error), "")
+                except MemsysError as exc:
+                    prop2 = None
+                    error = exc
+                if prop2 is not None:
+                    self._reset_worktree(wt)
+                    self._take_proposal(rec, prop2)
+                    prop = prop2
+                    edited, error = self._apply(wt, prop)
+                    rec.healing.append({"attempt": 1, "action": "resend_edit", "result": "ok" if error is None else str(error)})
+            rec.commit = self.ws.commit(wt, f"{exp_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
+            rec.diff, rec.diff_stats = self.ws.diff(st.best_commit, rec.commit)
+            if error is not None:
+                forbidden = isinstance(error, ForbiddenEditError)
+                cls = FailureClass.FORBIDDEN_EDIT if forbidden else FailureClass.FORMAT_MISMATCH
+                from research.failures import _failure
+
+                rec.failure = _failure(cls, str(error), code_changed=True).to_dict() | {"stage": "apply"}
+                rec.decision = "rejected" if forbidden else "failed"
+                rec.durations["apply_s"] = time.perf_counter() - t_prop
+                self._count_failure(rec)
+                proposer.observe(prop, None)
+                return self._finish(rec)
+            rec.durations["apply_s"] = time.perf_counter() - t_prop
+            outcome = self._evaluate_with_healing(rec, wt, prop, proposer, ctx, edited)
+        finally:
+            self.ws.remove(wt.path)
+        rec.durations["total_s"] = time.perf_counter() - t_start
+        if outcome is None or not outcome.ok:
+            proposer.observe(prop, None)
+            rec.decision = "failed"
+            self._count_failure(rec)
+            return self._finish(rec)
+        value = outcome.objective_value
+        rec.objective_value, rec.metrics = value, outcome.result["metrics"]
+        rec.eval_run_id, rec.mlflow_run_id = outcome.result["run_id"], outcome.result.get("mlflow_run_id")
+        proposer.observe(prop, value)
+        ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
+        d = D.decide(ds, value, min_rel_improvement=lc.min_rel_improvement, noise_floor=st.noise_floor,
+                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
+        rec.decision, rec.delta, rec.delta_rel, rec.notes = d.kind, d.delta, d.delta_rel, d.reason
+        ns = D.apply_decision(ds, d, value)
+        st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots = (
+            ns.consecutive_degradations, ns.iterations_on_hypothesis, ns.pivots)
+        if d.kind == "proceed":
+            st.best_value, st.best_commit, st.best_metrics = value, rec.commit, rec.metrics
+            st.best_eval_dir = str(self.run_dir / "evals" / exp_id / rec.eval_run_id)
+            self.ws.move_best(rec.commit)
+            st.mode, st.current_hypothesis = "new", None
+        elif d.kind == "pivot":
+            st.mode, st.current_hypothesis = "pivot", None
+        else:
+            st.mode, st.current_hypothesis = "iterate", prop.hypothesis
+        self._finish(rec)
+
+    def _take_proposal(self, rec: ExperimentRecord, prop: Proposal) -> None:
+        rec.hypothesis, rec.discovery_type, rec.expected_effect = prop.hypothesis, prop.discovery_type, prop.expected_effect
+        rec.edits = [asdict(e) for e in prop.edits]
+        rec.config_overrides = list(prop.config_overrides)
+        rec.tokens += prop.tokens
+        rec.cost_usd += prop.cost_usd
+
+    def _apply(self, wt: Worktree, prop: Proposal) -> tuple[list[str], Exception | None]:
+        surface = self.setup.research.surface
+        try:
+            changed = apply_config_overrides(wt.path, self.preset, prop.config_overrides, surface)
+            changed += apply_edits(wt.path, prop.edits, surface)
+            return changed, None
+        except (EditApplyError, ForbiddenEditError) as exc:
+            return [], exc
+
+    def _reset_worktree(self, wt: Worktree) -> None:
+        import git
+
+        r = git.Repo(wt.path)
+        r.git.reset("--hard", "HEAD")
+        r.git.clean("-fd")
+
+    def _evaluate_with_healing(self, rec: ExperimentRecord, wt: Worktree, prop: Proposal, proposer: Proposer,
+                               ctx: ResearchContext, edited: list[str]) -> EvalOutcome | None:
+        lc = self.setup.research.loop
+        smoke = lc.smoke_sample if lc.smoke_sample and lc.smoke_sample != (self.setup.eval.eval.sample or "full") else None
+        sample: str | None = None
+        tried: set[str] = set()
+        t0 = time.perf_counter()
+        outcome = None
+        for attempt in range(lc.max_repairs + 1):
+            if smoke and "smoke_ok" not in tried:
+                outcome = self._run_eval(wt, rec.experiment_id, smoke, True, edited, tag=f"-smoke{attempt}")
+                if outcome.ok:
+                    tried.add("smoke_ok")
+            if not smoke or "smoke_ok" in tried:
+                outcome = self._run_eval(wt, rec.experiment_id, sample, True, edited, tag="" if attempt == 0 else f"-h{attempt}")
+            rec.durations["eval_s"] = time.perf_counter() - t0
+            if outcome.ok or (outcome.failure and outcome.failure.cls == FailureClass.INVALID_METRIC
+                              and outcome.failure.severity == "low" and outcome.result):
+                if not outcome.ok:  # identical metrics: a legitimate "no effect" result
+                    rec.notes = outcome.failure.message
+                    outcome.ok = True
+                return outcome
+            f = outcome.failure
+            rec.failure = f.to_dict()
+            action = plan_heal(f, attempt, max_repairs=lc.max_repairs,
+                               remote_llm=self.setup.eval.llm.backend != "local", tried=tried)
+            entry = {"attempt": attempt + 1, "failure": f.cls.value, "action": action.action, "reason": action.reason}
+            rec.healing.append(entry)
+            self.on_event("heal", entry | {"experiment": rec.experiment_id})
+            if action.action == "give_up":
+                return outcome
+            tried.add(action.action)
+            if action.action == "repair_edit":
+                diff, _ = self.ws.diff(self.state.best_commit, rec.commit)
+                try:
+                    rep = proposer.repair(ctx, prop, f"{f.message} at {f.file}:{f.line}" if f.file else f.message, diff)
+                except MemsysError as exc:
+                    entry["result"] = f"repair proposal failed: {exc}"
+                    return outcome
+                if rep is None:
+                    entry["result"] = "proposer cannot repair"
+                    return outcome
+                changed, err = self._apply(wt, rep)
+                if err is not None:
+                    entry["result"] = f"repair did not apply: {err}"
+                    continue
+                rec.edits += [asdict(e) for e in rep.edits]
+                rec.config_overrides += rep.config_overrides
+                rec.tokens += rep.tokens
+                rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: repair {attempt + 1}")
+                rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
+                edited = sorted(set(edited) | set(changed))
+            elif action.action == "revert_import_edit":
+                keep = edits_without_import(prop.edits, f.message)
+                if keep is None:
+                    entry["result"] = "no edit introduced that import"
+                    return outcome
+                self._reset_to(wt, self.state.best_commit)
+                prop.edits = keep
+                changed, err = self._apply(wt, prop)
+                rec.edits = [asdict(e) for e in keep]
+                rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: revert import edit")
+                rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
+            elif action.action == "fewer_workers":
+                self.workers_override = 1
+                time.sleep(min(5.0 * (attempt + 1), 30.0))
+            elif action.action == "smaller_sample":
+                sample = smoke or "tiny"
+            elif action.action == "switch_local_llm":
+                entry["result"] = "switching needs a restart with llm=local; recorded"
+                return outcome
+            entry.setdefault("result", "retrying")
+        return outcome
+
+    def _reset_to(self, wt: Worktree, commit: str) -> None:
+        import git
+
+        r = git.Repo(wt.path)
+        r.git.checkout(commit, "--", ".")
+        r.git.clean("-fd")
+
+    def _count_failure(self, rec: ExperimentRecord) -> None:
+        st = self.state
+        infra = bool(rec.failure and rec.failure.get("is_infrastructure"))
+        if not infra:
+            ds = D.failed(D.DecisionState(st.best_value or 0.0, st.consecutive_degradations,
+                                          st.iterations_on_hypothesis, st.pivots))
+            st.consecutive_degradations, st.iterations_on_hypothesis = ds.consecutive_degradations, ds.iterations_on_hypothesis
+            if st.consecutive_degradations >= self.setup.research.loop.degradations_to_pivot:
+                st.mode, st.current_hypothesis, st.consecutive_degradations = "pivot", None, 0
+                st.pivots += 1
+
+    def _finish(self, rec: ExperimentRecord) -> None:
+        st = self.state
+        rec.finished = _now()
+        usage_tokens = rec.tokens
+        st.tokens += usage_tokens
+        st.cost_usd += rec.cost_usd
+        append_record(self.run_dir, rec)
+        self.records.append(rec)
+        st.next_index = rec.index + 1
+        st.save(self.run_dir)
+        self._mlflow_child(rec)
+        self.on_event("experiment", {"record": rec, "best": st.best_value})
+
+    # ------------------------------------------------------------------ context for the researcher
+    def _context(self) -> ResearchContext:
+        st = self.state
+        import git
+        from omegaconf import OmegaConf
+
+        from memsys.config import MemoryConfig
+        from memsys.tokens import count_tokens
+
+        repo = git.Repo(st.repo)
+        def show(path: str) -> str | None:
+            try:
+                return repo.git.show(f"{st.best_commit}:{path}")
+            except git.GitCommandError:
+                return None
+        preset_text = show(f"configs/memory/{self.preset}.yaml") or ""
+        knobs_cfg = OmegaConf.merge(OmegaConf.structured(MemoryConfig), OmegaConf.create(preset_text or "{}"))
+        knobs = OmegaConf.to_yaml(knobs_cfg)
+        budget = self.setup.research.loop.context_budget_tokens
+        files: dict[str, str] = {}
+        used = count_tokens(knobs)
+        rotation = list(CONTEXT_FILES)
+        random.Random(st.next_index).shuffle(rotation[1:])
+        for p in rotation:
+            text = show(p)
+            if text is None:
+                continue
+            n = count_tokens(text)
+            if used + n > budget:
+                continue
+            files[p] = text
+            used += n
+        return ResearchContext(self.setup.eval.objective, st.best_value or 0.0, self.records, st.mode,
+                               st.current_hypothesis, self._failed_questions(), files, knobs, self.preset)
+
+    def _failed_questions(self) -> list[dict[str, Any]]:
+        st = self.state
+        if not st.best_eval_dir:
+            return []
+        path = Path(st.best_eval_dir) / "predictions.jsonl"
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            score = (r.get("scores") or {}).get("f1")
+            if score is not None and score < 0.5:
+                rows.append(r)
+        random.Random(st.next_index).shuffle(rows)
+        return rows[: self.setup.research.loop.failed_questions_shown]
+
+    # ------------------------------------------------------------------ MLflow
+    def _mlflow_parent(self) -> None:
+        if not self.setup.eval.eval.mlflow or self.state.mlflow_parent_run_id:
+            return
+        try:
+            from mlflow.tracking import MlflowClient
+
+            from benchmarks.tracking import setup_mlflow
+
+            exp = setup_mlflow(self.setup.eval.eval.mlflow_experiment)
+            run = MlflowClient().create_run(exp, run_name=self.run_id, tags={
+                "kind": "optimization", "run_id": self.run_id, "proposer": self.setup.research.proposer,
+                "benchmark": self.setup.eval.benchmark.name, "split": self.setup.eval.eval.split,
+                "base_commit": self.state.base_commit, "llm_model": self.setup.eval.llm.model})
+            self.state.mlflow_parent_run_id = run.info.run_id
+            self.state.save(self.run_dir)
+        except Exception as exc:  # tracking must never stop the research
+            log.warning("MLflow parent run not created: %s", exc)
+
+    def _mlflow_child(self, rec: ExperimentRecord) -> None:
+        pid = self.state.mlflow_parent_run_id
+        if not pid:
+            return
+        try:
+            from mlflow.tracking import MlflowClient
+
+            c = MlflowClient()
+            if rec.best_before is not None or rec.decision == "baseline":
+                c.log_metric(pid, "best_objective", float(self.state.best_value or 0.0), step=rec.index)
+            run_id = rec.mlflow_run_id
+            if run_id is None:
+                exp = c.get_run(pid).info.experiment_id
+                run_id = c.create_run(exp, run_name=f"{self.run_id}-{rec.experiment_id}",
+                                      tags={"mlflow.parentRunId": pid}).info.run_id
+                c.set_terminated(run_id, status="FAILED" if rec.decision in ("failed", "rejected") else "FINISHED")
+                rec.mlflow_run_id = run_id
+            for k, v in {"discovery_type": rec.discovery_type or "none", "decision": rec.decision,
+                         "commit": rec.commit or "", "branch": rec.branch or "", "experiment": rec.experiment_id,
+                         "proposer": rec.proposer, "failure": (rec.failure or {}).get("cls", "")}.items():
+                c.set_tag(run_id, k, v)
+            if rec.delta is not None:
+                c.log_metric(run_id, "delta", rec.delta)
+            c.log_text(run_id, rec.diff or "(no diff)", "diff.patch")
+            c.log_text(run_id, json.dumps({"hypothesis": rec.hypothesis, "discovery_type": rec.discovery_type,
+                                           "edits": rec.edits, "config_overrides": rec.config_overrides},
+                                          indent=2), "proposal.json")
+        except Exception as exc:
+            log.warning("MLflow child logging failed for %s: %s", rec.experiment_id, exc)
+
+    def _mlflow_finish(self) -> None:
+        pid = self.state.mlflow_parent_run_id
+        if not pid:
+            return
+        try:
+            from mlflow.tracking import MlflowClient
+
+            from research.taxonomy import taxonomy_table
+
+            c = MlflowClient()
+            c.log_text(pid, json.dumps(taxonomy_table(self.records), indent=2, default=str), "taxonomy.json")
+            if self.state.status != "running":
+                c.set_terminated(pid, status="FINISHED" if self.state.status == "finished" else "KILLED")
+        except Exception as exc:
+            log.warning("MLflow summary not logged: %s", exc)

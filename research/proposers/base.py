@@ -1,0 +1,50 @@
+"""The proposer interface and the records that cross it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from research.trajectory import Edit, ExperimentRecord
+
+
+@dataclass
+class Proposal:
+    hypothesis: str
+    discovery_type: str
+    expected_effect: str = ""
+    edits: list[Edit] = field(default_factory=list)
+    config_overrides: list[str] = field(default_factory=list)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    trial_number: int | None = None  # optuna
+
+
+@dataclass
+class ResearchContext:
+    """What the researcher sees at each step."""
+
+    objective: str
+    best_value: float
+    history: list[ExperimentRecord]
+    mode: str  # "new" | "iterate" | "pivot"
+    current_hypothesis: str | None
+    failed_questions: list[dict[str, Any]]
+    files: dict[str, str]  # path -> content (selected within the context budget)
+    knobs: str  # current memory config as YAML
+    preset: str  # configs/memory/<preset>.yaml is where config overrides land
+
+
+class Proposer(ABC):
+    name: str
+
+    @abstractmethod
+    def propose(self, ctx: ResearchContext) -> Proposal: ...
+
+    def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
+        """A repair edit for a failed attempt; None when this proposer cannot repair."""
+        return None
+
+    def observe(self, proposal: Proposal, value: float | None) -> None:
+        """Feedback after evaluation (Optuna's tell)."""

@@ -1,0 +1,484 @@
+"""HTML reports of optimization runs: figures to look at first, the tables behind them after.
+
+``write_report(run_dir)`` reads runs/<run-id>/ (trajectory.jsonl, state.json, replay.json) and writes
+report.html (self-contained: inline CSS, PNGs as data URIs) plus the PNGs into run_dir/report/.
+``compare_dir`` puts a second run beside it. Tables come from research/taxonomy.py (pure); this
+module only draws and renders. A report never fails because a field, a file or MLflow is missing:
+what it could not read is listed as a warning at the top of the page.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from string import Template
+from typing import Any, Sequence
+
+from research.report_figures import (
+    DECISION_STYLE,
+    plot_categories,
+    plot_compare,
+    plot_cost_time,
+    plot_replay,
+    plot_trajectory,
+)
+from research.taxonomy import (
+    DISCOVERY_ABBREV,
+    RunSummary,
+    cost_time_table,
+    delta_of,
+    failure_table,
+    number,
+    objective_name,
+    run_summary,
+    start_value,
+    taxonomy_table,
+)
+from research.trajectory import TRAJECTORY_FILE, ExperimentRecord, TrajectoryError, read_trajectory
+
+log = logging.getLogger(__name__)
+
+REPORT_DIR = "report"
+REPORT_FILE = "report.html"
+STATE_FILE = "state.json"
+REPLAY_FILE = "replay.json"
+CONFIG_FILE = "config.json"  # written by research/loop.py: {"config": <composed eval config>, "overrides": [...]}
+TEMPLATE = Path(__file__).with_name("report_template.html")
+MAX_DIFF_LINES = 160
+MAX_DIFF_CHARS = 8000
+MAX_TEXT_CHARS = 160  # hypotheses and messages in table cells
+
+
+# --- loading -------------------------------------------------------------------
+@dataclass
+class RunData:
+    run_dir: Path
+    records: list[ExperimentRecord]
+    warnings: list[str] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    replay: dict[str, Any] | None = None
+    config: dict[str, Any] = field(default_factory=dict)  # config.json's "config" (the composed eval config)
+
+    @property
+    def run_id(self) -> str:
+        return str(self.state.get("run_id") or next((r.run_id for r in self.records if r.run_id), self.run_dir.name))
+
+
+def _read_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        warnings.append(f"{path}: unreadable ({exc}); ignored")
+        return None
+    if not isinstance(data, dict):
+        warnings.append(f"{path}: not a JSON object; ignored")
+        return None
+    return data
+
+
+def _read_records_leniently(run_dir: Path, warnings: list[str]) -> list[ExperimentRecord]:
+    """Every line that parses; the others become warnings (read_trajectory stops at the first bad one)."""
+    records = []
+    lines = (run_dir / TRAJECTORY_FILE).read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(ExperimentRecord.from_dict(json.loads(line), where=f"{run_dir / TRAJECTORY_FILE}:{n}"))
+        except (json.JSONDecodeError, TrajectoryError) as exc:
+            warnings.append(f"{run_dir / TRAJECTORY_FILE}:{n}: skipped ({exc})")
+    return records
+
+
+def load_run(run_dir: Path) -> RunData:
+    run_dir = Path(run_dir)
+    warnings: list[str] = []
+    state = _read_json(run_dir / STATE_FILE, warnings) or {}
+    replay = _read_json(run_dir / REPLAY_FILE, warnings)
+    config = (_read_json(run_dir / CONFIG_FILE, warnings) or {}).get("config")
+    config = config if isinstance(config, dict) else {}
+    if not (run_dir / TRAJECTORY_FILE).exists():
+        if replay is None and not state:
+            raise TrajectoryError(f"no trajectory at {run_dir / TRAJECTORY_FILE}")
+        warnings.append(f"no {TRAJECTORY_FILE} in {run_dir} yet")
+        return RunData(run_dir, [], warnings, state, replay, config)
+    try:
+        records, read_warnings = read_trajectory(run_dir)
+        warnings.extend(read_warnings)
+    except TrajectoryError:
+        records = _read_records_leniently(run_dir, warnings)
+    for rec in records:
+        if number(rec.objective_value) is None and rec.decision not in ("failed", "rejected"):
+            warnings.append(f"{rec.experiment_id}: decision {rec.decision!r} without an objective value")
+    return RunData(run_dir, records, warnings, state, replay, config)
+
+
+# --- replay --------------------------------------------------------------------
+@dataclass
+class ReplayStep:
+    step: int
+    experiment_id: str
+    recorded: float | None
+    replayed: float | None
+    decision: str
+    replayed_decision: str
+    holds: bool | None
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.recorded is None or self.replayed is None else self.replayed - self.recorded
+
+
+def _first(d: dict[str, Any], *keys: str) -> Any:
+    return next((d[k] for k in keys if d.get(k) is not None), None)
+
+
+def replay_steps(run: RunData) -> list[ReplayStep]:
+    """replay.json's steps; recorded values missing there are taken from the original run if it is a sibling."""
+    replay = run.replay or {}
+    raw = replay.get("steps") or replay.get("per_step") or []
+    original: dict[int, ExperimentRecord] = {}
+    orig_dir = run.run_dir.parent / str(replay.get("original_run_id", ""))
+    if replay.get("original_run_id") and (orig_dir / TRAJECTORY_FILE).exists():
+        try:
+            original = {r.index: r for r in read_trajectory(orig_dir)[0]}
+        except TrajectoryError as exc:
+            run.warnings.append(f"original run {orig_dir}: {exc}")
+    steps = []
+    for n, s in enumerate(x for x in raw if isinstance(x, dict)):
+        idx = _first(s, "step", "index")
+        idx = idx if isinstance(idx, int) else n
+        orig = original.get(idx)
+        recorded = number(_first(s, "recorded", "recorded_value", "original"))
+        if recorded is None and orig is not None:
+            recorded = number(orig.objective_value)
+        decision = str(_first(s, "decision", "recorded_decision") or (orig.decision if orig else ""))
+        replayed_decision = str(_first(s, "replayed_decision", "replay_decision") or "")
+        holds = _first(s, "decision_holds", "still_holds", "holds")
+        if not isinstance(holds, bool):
+            holds = (replayed_decision == decision) if replayed_decision and decision else None
+        exp_id = str(_first(s, "experiment_id") or (orig.experiment_id if orig else f"step-{idx}"))
+        steps.append(ReplayStep(idx, exp_id, recorded, number(_first(s, "replayed", "replayed_value", "replay")),
+                                decision, replayed_decision, holds))
+    return steps
+
+
+# --- HTML pieces ---------------------------------------------------------------
+def _e(text: Any) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _cut(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    v = number(v)
+    return "—" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_delta(v: Any, digits: int = 4) -> str:
+    v = number(v)
+    if v is None:
+        return "—"
+    cls = "pos" if v > 0 else "neg" if v < 0 else "muted"
+    return f'<span class="{cls}">{v:+.{digits}f}</span>'
+
+
+def fmt_pct(v: Any) -> str:
+    v = number(v)
+    return "—" if v is None else f"{v * 100:+.1f}%"
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(round(seconds or 0))
+    return f"{s // 3600}h {s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _badge(decision: str) -> str:
+    known = decision in DECISION_STYLE
+    return f'<span class="badge b-{_e(decision) if known else "other"}">{_e(decision or "?")}</span>'
+
+
+def _type_label(discovery_type: str | None) -> str:
+    if not discovery_type:
+        return '<span class="muted">—</span>'
+    abbrev = DISCOVERY_ABBREV.get(discovery_type)
+    name = _e(discovery_type.replace("_", " "))
+    return f"<b>{abbrev}</b> {name}" if abbrev else name
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = (),
+          total: Sequence[str] | None = None, cls: str = "") -> str:
+    """Cells are HTML already escaped by the caller; ``numeric`` columns are right-aligned."""
+    def row(cells: Sequence[str], tag: str = "td") -> str:
+        return "".join(f'<{tag}{" class=n" if i in numeric else ""}>{c}</{tag}>' for i, c in enumerate(cells))
+    body = "".join(f"<tr>{row(r)}</tr>" for r in rows)
+    if total is not None:
+        body += f'<tr class="total">{row(total)}</tr>'
+    return (f'<table class="{cls}"><thead><tr>{row([_e(h) for h in headers], "th")}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def img(path: Path, alt: str, caption: str = "") -> str:
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    cap = f"<figcaption>{caption}</figcaption>" if caption else ""
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{_e(alt)}">{cap}</figure>'
+
+
+def _card(key: str, value: str, cls: str = "") -> str:
+    return f'<div class="card"><div class="k">{_e(key)}</div><div class="v {cls}">{value}</div></div>'
+
+
+def _lookup(run: RunData, key: str) -> str:
+    """benchmark / split from state.json, the run's config.json, or the first record's metrics."""
+    sources = [run.state, run.config, run.config.get("eval")] + [r.metrics for r in run.records[:1]]
+    for src in sources:
+        if isinstance(src, dict) and src.get(key) not in (None, ""):
+            value = src[key]
+            return str(value.get("name", value)) if isinstance(value, dict) else str(value)
+    return "?"
+
+
+def header_html(run: RunData, s: RunSummary) -> str:
+    base = run.state.get("base_commit") or next((r.parent_commit for r in run.records if r.parent_commit), "?")
+    d = s.decisions
+    up = "up" if (s.improvement or 0) > 0 else "down" if (s.improvement or 0) < 0 else ""
+    cards = "".join([
+        _card("start", fmt(s.start)),
+        _card("best", fmt(s.best)),
+        _card("improvement", f"{fmt_delta(s.improvement)} <small>{fmt_pct(s.improvement_rel)}</small>" if s.improvement is not None else "—", up),
+        _card("experiments", f"{s.experiments} <small>({d.get('proceed', 0)} proceed)</small>"),
+        _card("time", fmt_duration(s.total_s)),
+        _card("cost", f"${s.cost_usd:.2f}"),
+        _card("tokens", f"{s.tokens:,}"),
+    ])
+    meta = [("run", run.run_id), ("benchmark / split", f"{_lookup(run, 'benchmark')} / {_lookup(run, 'split')}"),
+            ("objective", s.objective or "?"), ("base commit", base), ("best experiment", s.best_experiment or "—"),
+            ("decisions", ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "—")]
+    for key in ("status", "stop_reason"):
+        if run.state.get(key):
+            meta.append((key.replace("_", " "), run.state[key]))
+    if run.replay:
+        meta.append(("replay of", run.replay.get("original_run_id", "?")))
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in meta)
+    return (f"<h1>Run {_e(run.run_id)}</h1><p class=sub>{_e(run.run_dir)}</p>"
+            f'<div class="cards">{cards}</div><dl class="meta">{dl}</dl>')
+
+
+def warnings_html(warnings: Sequence[str]) -> str:
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{_e(w)}</li>" for w in warnings)
+    return f'<div class="warn"><b>Warnings</b> ({len(warnings)})<ul>{items}</ul></div>'
+
+
+def taxonomy_html(records: Sequence[ExperimentRecord]) -> str:
+    rows = taxonomy_table(records)
+    body = [[_type_label(r.discovery_type), str(r.count), str(r.accepted), fmt_delta(r.cumulative_delta if r.accepted else None),
+             fmt_pct(r.cumulative_delta_rel if r.accepted else None), fmt_delta(r.mean_delta)] for r in rows]
+    n, acc = sum(r.count for r in rows), sum(r.accepted for r in rows)
+    cum, start = sum(r.cumulative_delta for r in rows), start_value(records)
+    total = ["all", str(n), str(acc), fmt_delta(cum if acc else None),
+             fmt_pct(cum / abs(start) if acc and start else None), fmt_delta(cum / acc if acc else None)]
+    return table(["discovery type", "experiments", "accepted", "cumulative Δ", "cumulative Δ (% of start)", "mean Δ"],
+                 body, numeric=(1, 2, 3, 4, 5), total=total, cls="taxonomy")
+
+
+def failures_html(records: Sequence[ExperimentRecord]) -> str:
+    rows = failure_table(records)
+    if not rows:
+        return '<p class="muted">No failures.</p>'
+    body = [[f"<code>{_e(r.failure_class)}</code>", str(r.count), f"{r.healed} / {r.count}",
+             _e(", ".join(f"{a} ×{n}" if n > 1 else a for a, n in r.actions) or "—"), _e(r.severity or "—"),
+             _e(_cut(r.message)), _e(_cut(", ".join(r.experiments), 80))] for r in rows]
+    return table(["failure class", "count", "healed", "healing actions", "severity", "message", "experiments"],
+                 body, numeric=(1, 2), cls="failures")
+
+
+def experiments_html(records: Sequence[ExperimentRecord]) -> str:
+    body = [[str(r.index), _e(r.experiment_id), _badge(r.decision), _type_label(r.discovery_type),
+             fmt(r.objective_value), fmt_delta(delta_of(r)), fmt_pct(r.delta_rel), _e(_cut(r.hypothesis) or "—")]
+            for r in records]
+    return table(["#", "experiment", "decision", "type", "objective", "Δ", "Δ rel", "hypothesis"],
+                 body, numeric=(0, 4, 5, 6), cls="experiments")
+
+
+def cost_time_html(records: Sequence[ExperimentRecord]) -> str:
+    rows = cost_time_table(records)
+    body = [[str(r.index), _e(r.experiment_id), _badge(r.decision), fmt_duration(r.propose_s), fmt_duration(r.eval_s),
+             fmt_duration(r.overhead_s), fmt_duration(r.total_s), f"{r.tokens:,}", f"${r.cost_usd:.3f}"] for r in rows]
+    total = ["", "total", "", *(fmt_duration(sum(getattr(r, k) for r in rows)) for k in ("propose_s", "eval_s", "overhead_s", "total_s")),
+             f"{sum(r.tokens for r in rows):,}", f"${sum(r.cost_usd for r in rows):.3f}"]
+    return table(["#", "experiment", "decision", "propose", "eval", "overhead", "total", "tokens", "cost"],
+                 body, numeric=(0, 3, 4, 5, 6, 7, 8), total=total, cls="cost-time")
+
+
+def cut_diff(diff: str) -> str:
+    lines = diff.splitlines()
+    shown, size = [], 0
+    for line in lines:
+        if len(shown) >= MAX_DIFF_LINES or size + len(line) > MAX_DIFF_CHARS:
+            break
+        shown.append(line)
+        size += len(line) + 1
+    out = "\n".join(shown)
+    if len(shown) < len(lines):
+        out += f"\n… {len(lines) - len(shown)} more lines not shown (full diff in {TRAJECTORY_FILE})"
+    return out
+
+
+def accepted_html(records: Sequence[ExperimentRecord]) -> str:
+    parts = []
+    for r in (r for r in records if r.decision == "proceed"):
+        stats = r.diff_stats or {}
+        stat = (f"{stats.get('files', '?')} files, +{stats.get('insertions', 0)} −{stats.get('deletions', 0)}"
+                if stats else "diff")
+        overrides = (f"<p>config overrides: <code>{_e(' '.join(r.config_overrides))}</code></p>"
+                     if r.config_overrides else "")
+        diff = (f"<details open><summary>{_e(stat)}</summary><pre>{_e(cut_diff(r.diff))}</pre></details>"
+                if r.diff else '<p class="muted">no diff recorded</p>')
+        parts.append(
+            f'<div class="exp" id="{_e(r.experiment_id)}"><h3>{_e(r.experiment_id)} · {_type_label(r.discovery_type)} · '
+            f"{fmt_delta(delta_of(r))} <small>({fmt_pct(r.delta_rel)})</small> → {fmt(r.objective_value)}</h3>"
+            f'<p class="hyp">{_e(r.hypothesis or "(no hypothesis recorded)")}</p>{overrides}{diff}</div>')
+    return "".join(parts) or '<p class="muted">No accepted experiments.</p>'
+
+
+def replay_html(run: RunData, out_dir: Path) -> str:
+    steps = replay_steps(run)
+    objective = str((run.replay or {}).get("objective") or objective_name(run.records))
+    fig = img(plot_replay(steps, out_dir / "replay.png", objective), "original vs replay",
+              "Recorded objective of the original run and the replayed value per step; red rings: decision does not hold.")
+    holds = {True: '<span class="badge b-yes">yes</span>', False: '<span class="badge b-no">no</span>', None: "—"}
+    body = [[str(s.step), _e(s.experiment_id), fmt(s.recorded), fmt(s.replayed), fmt_delta(s.delta),
+             _badge(s.decision) if s.decision else "—", _badge(s.replayed_decision) if s.replayed_decision else "—",
+             holds[s.holds]] for s in steps]
+    n_hold = sum(1 for s in steps if s.holds)
+    n_known = sum(1 for s in steps if s.holds is not None)
+    orig = _e((run.replay or {}).get("original_run_id", "?"))
+    return (f"<h2>Replay of {orig}</h2><p>{n_hold} of {n_known} decisions still hold.</p>{fig}"
+            + table(["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds"],
+                    body, numeric=(0, 2, 3, 4), cls="replay"))
+
+
+# --- pages -----------------------------------------------------------------------
+def _page(title: str, body: str) -> str:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(title=_e(title), body=body, generated=now)
+
+
+_ABBREV_NOTE = ", ".join(f"{a} = {t.replace('_', ' ')}" for t, a in DISCOVERY_ABBREV.items())
+
+
+def single_run_body(run: RunData, out_dir: Path) -> str:
+    recs, s = run.records, run_summary(run.records)
+    traj = img(plot_trajectory(recs, out_dir / "trajectory.png", f"{run.run_id}: {s.objective or 'objective'}"),
+               "objective per experiment",
+               f"Objective per experiment with the best-so-far line; accepted points carry their discovery type ({_ABBREV_NOTE}).")
+    cats = img(plot_categories(recs, out_dir / "categories.png"), "per-category metrics")
+    cost = img(plot_cost_time(recs, out_dir / "cost_time.png"), "time and cost per experiment")
+    parts = [header_html(run, s), warnings_html(run.warnings), "<h2>Trajectory</h2>", traj]
+    if run.replay is not None:
+        parts.append(replay_html(run, out_dir))
+    parts += ["<h2>Per-category metrics</h2>", cats,
+              "<h2>Discovery taxonomy</h2><p class=muted>Experiments per type (baseline excluded), how many were "
+              "accepted, and the sum and mean of the accepted deltas.</p>", taxonomy_html(recs),
+              "<h2>Failures and healing</h2>", failures_html(recs),
+              "<h2>Experiments</h2>", experiments_html(recs),
+              "<h2>Time and cost</h2>", cost, cost_time_html(recs),
+              "<h2>Accepted experiments</h2>", accepted_html(recs)]
+    return "".join(parts)
+
+
+def compare_body(a: RunData, b: RunData, out_dir: Path) -> str:
+    sa, sb = run_summary(a.records), run_summary(b.records)
+    warnings = [f"{a.run_id}: {w}" for w in a.warnings] + [f"{b.run_id}: {w}" for w in b.warnings]
+    if sa.objective and sb.objective and sa.objective != sb.objective:
+        warnings.append(f"the runs optimise different objectives: {sa.objective} vs {sb.objective}")
+    rows = [("objective", _e(sa.objective or "?"), _e(sb.objective or "?")),
+            ("experiments", str(sa.experiments), str(sb.experiments)),
+            ("proceeds", str(sa.decisions.get("proceed", 0)), str(sb.decisions.get("proceed", 0))),
+            ("start", fmt(sa.start), fmt(sb.start)), ("best", fmt(sa.best), fmt(sb.best)),
+            ("improvement", fmt_delta(sa.improvement), fmt_delta(sb.improvement)),
+            ("improvement (rel)", fmt_pct(sa.improvement_rel), fmt_pct(sb.improvement_rel)),
+            ("total time", fmt_duration(sa.total_s), fmt_duration(sb.total_s)),
+            ("cost", f"${sa.cost_usd:.2f}", f"${sb.cost_usd:.2f}"), ("tokens", f"{sa.tokens:,}", f"{sb.tokens:,}")]
+    summary = table(["", a.run_id, b.run_id], [[_e(k), x, y] for k, x, y in rows], numeric=(1, 2), cls="summary")
+    fig = img(plot_compare([(a.run_id, a.records), (b.run_id, b.records)], out_dir / "compare.png"), "best so far, both runs",
+              "Best-so-far objective of both runs against the experiment index; faint dots are single experiments.")
+    side = "".join(f"<div><h3>{_e(r.run_id)}</h3>{img(plot_trajectory(r.records, out_dir / f'trajectory_{t}.png', r.run_id), r.run_id)}"
+                   f"{taxonomy_html(r.records)}</div>" for r, t in ((a, "a"), (b, "b")))
+    return (f"<h1>{_e(a.run_id)} vs {_e(b.run_id)}</h1><p class=sub>{_e(a.run_dir)} · {_e(b.run_dir)}</p>"
+            f"{warnings_html(warnings)}<h2>Best so far</h2>{fig}<h2>Summary</h2>{summary}"
+            f'<h2>Trajectories and discovery taxonomy</h2><div class="grid2">{side}</div>')
+
+
+def _log_to_mlflow(run: RunData, files: Sequence[Path], artifact_path: str) -> None:
+    """Attach the report to the loop's MLflow parent run; never fails the report."""
+    parent = run.state.get("mlflow_parent_run_id")
+    if not parent:
+        return
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from benchmarks.tracking import tracking_uri
+
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        client = MlflowClient(tracking_uri=str(run.state.get("mlflow_tracking_uri") or tracking_uri()))
+        for f in files:
+            client.log_artifact(str(parent), str(f), artifact_path=artifact_path)
+    except Exception as exc:  # noqa: BLE001 - MLflow is optional for a report
+        log.warning("report not logged to MLflow run %s: %s", parent, " ".join(str(exc).split())[:300])
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None, compare_dir: Path | None = None) -> Path:
+    """Write report.html and its PNGs; returns the path of report.html.
+
+    Default out_dir: run_dir/report/, or run_dir/report-vs-<other run>/ in compare mode.
+    """
+    run = load_run(Path(run_dir))
+    other = load_run(Path(compare_dir)) if compare_dir is not None else None
+    if out_dir is None:
+        out_dir = run.run_dir / (REPORT_DIR if other is None else f"{REPORT_DIR}-vs-{_slug(other.run_id)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if other is None:
+        page = _page(f"memsys report: {run.run_id}", single_run_body(run, out_dir))
+    else:
+        page = _page(f"memsys report: {run.run_id} vs {other.run_id}", compare_body(run, other, out_dir))
+    out = out_dir / REPORT_FILE
+    out.write_text(page, encoding="utf-8")
+    _log_to_mlflow(run, [out, *sorted(out_dir.glob("*.png"))], out_dir.name)
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
+
+
+def main_report(run_ids: list[str], runs_root: Path) -> Path:
+    """``memsys report <run-id> [<run-id-b>]``: resolve ids under runs_root (or as folders) and write the report."""
+    if not 1 <= len(run_ids) <= 2:
+        raise TrajectoryError(f"report takes one run id, or two to compare; got {len(run_ids)}")
+    runs_root = Path(runs_root)
+    dirs = []
+    for rid in run_ids:
+        cand = [runs_root / rid, Path(rid)]
+        found = next((c for c in cand if any((c / f).is_file() for f in (TRAJECTORY_FILE, STATE_FILE, REPLAY_FILE))), None)
+        if found is None:
+            known = sorted(p.name for p in runs_root.iterdir()
+                           if (p / TRAJECTORY_FILE).is_file() or (p / STATE_FILE).is_file()) if runs_root.is_dir() else []
+            shown = ", ".join(known[-12:]) + (f" (and {len(known) - 12} more)" if len(known) > 12 else "")
+            raise TrajectoryError(f"no run {rid!r} in {runs_root}/; known: {shown or 'none'}")
+        dirs.append(found)
+    return write_report(dirs[0], compare_dir=dirs[1] if len(dirs) == 2 else None)

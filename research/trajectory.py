@@ -1,0 +1,138 @@
+"""The trajectory: one JSON record per experiment, appended to runs/<run-id>/trajectory.jsonl.
+
+Versioned (``TRAJECTORY_VERSION``; schema in research/trajectory.schema.json) so a
+replay can refuse what it does not understand. Every attempt is journaled, not only
+winners: failed and rejected experiments are what the researcher learns from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from memsys.errors import MemsysError
+
+TRAJECTORY_VERSION = 1
+TRAJECTORY_FILE = "trajectory.jsonl"
+
+DISCOVERY_TYPES = (
+    "bug_fix",
+    "architectural_change",
+    "prompt_engineering",
+    "data_pipeline_repair",
+    "evaluation_format_alignment",
+    "hyperparameter_tuning",
+)
+DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected")
+
+
+class TrajectoryError(MemsysError):
+    kind = "trajectory"
+
+
+@dataclass
+class Edit:
+    """A SEARCH/REPLACE block: replace the first exact occurrence of ``search`` in ``path``."""
+
+    path: str
+    search: str
+    replace: str
+
+
+@dataclass
+class ExperimentRecord:
+    run_id: str
+    index: int  # 0 = baseline
+    experiment_id: str  # "exp-000"
+    proposer: str  # baseline | llm | optuna
+    parent_commit: str
+    commit: str | None = None
+    branch: str | None = None
+    hypothesis: str = ""
+    discovery_type: str | None = None
+    expected_effect: str = ""
+    edits: list[dict[str, str]] = field(default_factory=list)
+    config_overrides: list[str] = field(default_factory=list)
+    diff: str = ""
+    diff_stats: dict[str, int] = field(default_factory=dict)  # files, insertions, deletions
+    metrics: dict[str, Any] = field(default_factory=dict)
+    objective: str = ""
+    objective_value: float | None = None
+    best_before: float | None = None
+    delta: float | None = None  # objective_value - best_before
+    delta_rel: float | None = None
+    decision: str = "failed"
+    failure: dict[str, Any] | None = None  # class, severity, message, file, line, infrastructure
+    healing: list[dict[str, Any]] = field(default_factory=list)
+    eval_run_id: str | None = None
+    mlflow_run_id: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
+    durations: dict[str, float] = field(default_factory=dict)  # propose_s, apply_s, eval_s, overhead_s, total_s
+    started: str = ""
+    finished: str = ""
+    notes: str = ""
+    version: int = TRAJECTORY_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> "ExperimentRecord":
+        v = d.get("version")
+        if v != TRAJECTORY_VERSION:
+            raise TrajectoryError(f"{where}: trajectory version {v!r} is not supported (this version reads {TRAJECTORY_VERSION})")
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        try:
+            return cls(**known)
+        except TypeError as exc:
+            raise TrajectoryError(f"{where}: malformed experiment record: {exc}") from exc
+
+
+def append_record(run_dir: Path, rec: ExperimentRecord) -> None:
+    """Append one line and fsync: the journal survives a kill right after."""
+    path = Path(run_dir) / TRAJECTORY_FILE
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(rec.to_json() + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_trajectory(run_dir: Path, *, strict: bool = False) -> tuple[list[ExperimentRecord], list[str]]:
+    """Records in order, plus warnings (e.g. a last line cut off by a kill, which is skipped)."""
+    path = Path(run_dir) / TRAJECTORY_FILE
+    if not path.exists():
+        raise TrajectoryError(f"no trajectory at {path}")
+    records, warnings = [], []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError:
+            msg = f"{path}:{n}: incomplete record (cut off mid-line, killed run?); skipped"
+            if strict or n != len(lines):
+                if strict:
+                    raise TrajectoryError(msg)
+            warnings.append(msg)
+            continue
+        records.append(ExperimentRecord.from_dict(d, where=f"{path}:{n}"))
+    return records, warnings
+
+
+def repair_trajectory(run_dir: Path) -> list[str]:
+    """Rewrite the file without cut-off lines (atomic), before appending to it again."""
+    from memsys.store.atomic import atomic_write_text
+
+    records, warnings = read_trajectory(run_dir)
+    if warnings:
+        atomic_write_text(Path(run_dir) / TRAJECTORY_FILE, "".join(r.to_json() + "\n" for r in records))
+    return warnings
+
+
+def iter_accepted(records: list[ExperimentRecord]) -> Iterator[ExperimentRecord]:
+    return (r for r in records if r.decision in ("baseline", "proceed"))

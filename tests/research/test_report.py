@@ -1,0 +1,344 @@
+"""research.report: synthetic run folders written with append_record, the HTML parsed back."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from research.report import main_report, write_report
+from research.trajectory import TRAJECTORY_FILE, ExperimentRecord, TrajectoryError, append_record
+
+CHROMIUM = Path("/usr/bin/chromium")
+EVIL_DIFF = ("--- a/memsys/answer.py\n+++ b/memsys/answer.py\n@@ -1 +1 @@\n-    if a < b and c > d:\n"
+             "+    if a <= b && \"<script>alert('x')</script>\":\n")
+
+
+class Page(HTMLParser):
+    """Images, tables (by class: rows of cell texts), <pre> texts and headings of a report page."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.imgs: list[dict[str, str]] = []
+        self.tables: list[tuple[str, list[list[str]]]] = []
+        self.pres: list[str] = []
+        self.headings: list[str] = []
+        self._cell: list[str] | None = None
+        self._pre: list[str] | None = None
+        self._heading: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.imgs.append(a)
+        elif tag == "table":
+            self.tables.append((a.get("class") or "", []))
+        elif tag == "tr" and self.tables:
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "pre":
+            self._pre = []
+        elif tag in ("h1", "h2", "h3"):
+            self._heading = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][1][-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "pre" and self._pre is not None:
+            self.pres.append("".join(self._pre))
+            self._pre = None
+        elif tag in ("h1", "h2", "h3") and self._heading is not None:
+            self.headings.append(" ".join("".join(self._heading).split()))
+            self._heading = None
+
+    def handle_data(self, data):
+        for buf in (self._cell, self._pre, self._heading):
+            if buf is not None:
+                buf.append(data)
+
+    def table(self, cls: str) -> list[list[str]]:
+        found = [rows for c, rows in self.tables if cls in c.split()]
+        assert found, f"no table {cls!r}; tables: {[c for c, _ in self.tables]}"
+        return found[0]
+
+    def png_images(self) -> list[bytes]:
+        out = []
+        for im in self.imgs:
+            src = im.get("src", "")
+            assert src.startswith("data:image/png;base64,"), src[:60]
+            out.append(base64.b64decode(src.split(",", 1)[1]))
+        return out
+
+
+def make_record(run_id: str, index: int, decision: str, value: float | None, dtype: str | None = None,
+                best_before: float | None = None, **kw) -> ExperimentRecord:
+    delta = None if value is None or best_before is None else round(value - best_before, 6)
+    metrics = {"all_honest": value, **{f"f1_cat{c}": round(value * (0.6 + 0.1 * c), 4) for c in range(1, 6)}} if value else {}
+    return ExperimentRecord(
+        run_id=run_id, index=index, experiment_id=f"exp-{index:03d}", proposer="baseline" if index == 0 else "llm",
+        parent_commit="0123456789abcdef", commit=f"c{index:03d}", decision=decision, discovery_type=dtype,
+        hypothesis=kw.pop("hypothesis", f"hypothesis {index}"), objective="all_honest", objective_value=value,
+        best_before=best_before, delta=delta, delta_rel=None if delta is None or not best_before else delta / best_before,
+        metrics=kw.pop("metrics", metrics), tokens=1000 * index, cost_usd=0.01 * index,
+        durations={"propose_s": 20.0, "eval_s": 100.0 + index, "total_s": 130.0 + index} if index else {"eval_s": 90.0},
+        **kw)
+
+
+def write_run(root: Path, run_id: str, records: list[ExperimentRecord], state: dict | None = None) -> Path:
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / TRAJECTORY_FILE).touch()
+    for r in records:
+        append_record(run_dir, r)
+    if state is not None:
+        (run_dir / "state.json").write_text(json.dumps(state), encoding="utf-8")
+    return run_dir
+
+
+def full_run(run_id: str = "run-a") -> list[ExperimentRecord]:
+    return [
+        make_record(run_id, 0, "baseline", 0.40),
+        make_record(run_id, 1, "proceed", 0.50, "bug_fix", 0.40, diff=EVIL_DIFF,
+                    diff_stats={"files": 1, "insertions": 1, "deletions": 1}, hypothesis="Missing response_format <json>"),
+        make_record(run_id, 2, "proceed", 0.56, "prompt_engineering", 0.50, diff="+ put the constraint last\n" * 400),
+        make_record(run_id, 3, "iterate", 0.561, "prompt_engineering", 0.56),
+        make_record(run_id, 4, "proceed", 0.60, "architectural_change", 0.56, diff="+ merge_set_union(a, b)\n"),
+        make_record(run_id, 5, "rejected", 0.55, "hyperparameter_tuning", 0.60),
+        make_record(run_id, 6, "pivot", 0.52, "hyperparameter_tuning", 0.60),
+        make_record(run_id, 7, "failed", None, "data_pipeline_repair", 0.60,
+                    failure={"class": "dependency", "severity": "high", "message": "No module named 'spacy'"},
+                    healing=[{"action": "revert_import", "ok": False}]),
+        make_record(run_id, 8, "proceed", 0.62, "hyperparameter_tuning", 0.60, diff="+ top_k = 20\n",
+                    failure={"class": "auth", "severity": "high", "message": "embedding service answered 403"},
+                    healing=[{"action": "switch_local_embedder", "ok": True}]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> tuple[Path, Page, str]:
+    root = tmp_path_factory.mktemp("runs")
+    run_dir = write_run(root, "run-a", full_run(), {"run_id": "run-a", "benchmark": "locomo", "split": "dev",
+                                                    "base_commit": "0123456789abcdef", "status": "done"})
+    with open(run_dir / TRAJECTORY_FILE, "a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "run-a", "index": 9, "experim')  # killed mid-write
+    out = write_report(run_dir)
+    text = out.read_text(encoding="utf-8")
+    return out, Page(text), text
+
+
+def test_figures_are_embedded_pngs(report):
+    out, page, _ = report
+    assert out == out.parent.parent / "report" / "report.html"
+    pngs = page.png_images()
+    assert len(pngs) == 3  # trajectory, categories, cost/time
+    for data in pngs:
+        assert len(data) > 5000
+        Image.open(io.BytesIO(data)).verify()
+    for name in ("trajectory.png", "categories.png", "cost_time.png"):
+        with Image.open(out.parent / name) as im:
+            assert im.format == "PNG" and im.width > 600 and im.height > 250
+
+
+def test_page_is_self_contained(report):
+    _, page, text = report
+    assert "<link" not in text and "<script" not in text and "http://" not in text and "https://" not in text
+    assert all(im.get("alt") for im in page.imgs)
+
+
+def test_header_and_warning(report):
+    _, page, text = report
+    assert page.headings[0] == "Run run-a"
+    assert "locomo / dev" in text and "0123456789abcdef" in text and "exp-008" in text
+    assert "incomplete record (cut off mid-line" in text  # read_trajectory's warning is shown
+    assert "0.6200" in text and "0.4000" in text
+
+
+def test_taxonomy_table_counts_and_deltas(report):
+    _, page, _ = report
+    rows = {r[0]: r[1:] for r in page.table("taxonomy")[1:]}
+    # experiments, accepted, cumulative delta, cumulative % of start (0.40), mean delta
+    assert rows["BF bug fix"] == ["1", "1", "+0.1000", "+25.0%", "+0.1000"]
+    assert rows["PE prompt engineering"] == ["2", "1", "+0.0600", "+15.0%", "+0.0600"]
+    assert rows["AC architectural change"] == ["1", "1", "+0.0400", "+10.0%", "+0.0400"]
+    assert rows["HP hyperparameter tuning"] == ["3", "1", "+0.0200", "+5.0%", "+0.0200"]
+    assert rows["DP data pipeline repair"] == ["1", "0", "—", "—", "—"]
+    assert rows["EF evaluation format alignment"] == ["0", "0", "—", "—", "—"]
+    assert rows["all"] == ["8", "4", "+0.2200", "+55.0%", "+0.0550"]
+
+
+def test_failure_table(report):
+    _, page, _ = report
+    rows = {r[0]: r for r in page.table("failures")[1:]}
+    assert set(rows) == {"dependency", "auth"}
+    assert rows["auth"][1:4] == ["1", "1 / 1", "switch_local_embedder"]
+    assert rows["dependency"][1:4] == ["1", "0 / 1", "revert_import"]
+    assert "No module named 'spacy'" in rows["dependency"][5]
+
+
+def test_accepted_diffs_are_escaped_and_cut(report):
+    _, page, text = report
+    assert len(page.pres) == 4  # exp-001, 002, 004, 008
+    assert page.pres[0] == EVIL_DIFF.rstrip("\n")  # the parser unescapes what the page escaped
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text and "<script>alert" not in text
+    assert "Missing response_format &lt;json&gt;" in text
+    long_diff = page.pres[1]
+    assert len(long_diff) < 9000 and "more lines not shown" in long_diff
+    headings = [h for h in page.headings if h.startswith("exp-")]
+    assert headings[0].startswith("exp-001 · BF bug fix · +0.1000")
+
+
+def test_experiment_and_cost_tables(report):
+    _, page, _ = report
+    exps = page.table("experiments")
+    assert len(exps) == 1 + 9 and exps[8][2] == "failed" and exps[8][4] == "—"
+    cost = page.table("cost-time")
+    assert cost[0] == ["#", "experiment", "decision", "propose", "eval", "overhead", "total", "tokens", "cost"]
+    assert cost[2][3:7] == ["20s", "1m 41s", "10s", "2m 11s"]
+    assert cost[-1][1] == "total" and cost[-1][7] == "36,000" and cost[-1][8] == "$0.360"
+
+
+def _small_report(tmp_path: Path, records: list[ExperimentRecord]) -> tuple[Page, str]:
+    run_dir = write_run(tmp_path, "run-x", records)
+    text = write_report(run_dir).read_text(encoding="utf-8")
+    return Page(text), text
+
+
+@pytest.mark.parametrize("kind", ["empty", "one", "all_failed", "sparse"])
+def test_degenerate_runs_still_report(tmp_path, kind):
+    records = {
+        "empty": [],
+        "one": [make_record("run-x", 0, "baseline", 0.3)],
+        "all_failed": [make_record("run-x", i, "failed", None, "bug_fix", failure={"class": "timeout"}) for i in range(3)],
+        "sparse": [ExperimentRecord(run_id="run-x", index=0, experiment_id="exp-000", proposer="baseline",
+                                    parent_commit="", decision="proceed")],
+    }[kind]
+    page, text = _small_report(tmp_path, records)
+    assert len(page.png_images()) == 3
+    assert page.table("taxonomy") and page.table("cost-time")
+    if kind == "all_failed":
+        assert page.table("failures")[1][:3] == ["timeout", "3", "0 / 3"]
+    if kind == "sparse":
+        assert "without an objective value" in text
+
+
+def test_run_without_trajectory_yet(tmp_path):
+    run_dir = tmp_path / "run-new"
+    run_dir.mkdir()
+    (run_dir / "state.json").write_text(json.dumps({"run_id": "run-new", "base_commit": "abc", "status": "running"}))
+    (run_dir / "config.json").write_text(json.dumps({"config": {"benchmark": {"name": "memgallery"}, "split": "test"}}))
+    text = main_report(["run-new"], tmp_path).read_text()
+    assert "memgallery / test" in text and "no trajectory.jsonl" in text
+    assert len(Page(text).png_images()) == 3
+    with pytest.raises(TrajectoryError, match="no trajectory"):
+        write_report(tmp_path)
+
+
+def test_unreadable_line_in_the_middle_is_a_warning(tmp_path):
+    run_dir = write_run(tmp_path, "run-m", full_run("run-m")[:3])
+    lines = (run_dir / TRAJECTORY_FILE).read_text().splitlines()
+    lines.insert(1, '{"version": 99, "run_id": "run-m"}')
+    (run_dir / TRAJECTORY_FILE).write_text("\n".join(lines) + "\n")
+    text = write_report(run_dir).read_text()
+    assert "skipped" in text and "version 99" in text
+    assert len(Page(text).table("experiments")) == 1 + 3
+
+
+def test_replay_report(tmp_path):
+    write_run(tmp_path, "run-orig", full_run("run-orig")[:4])
+    replay_dir = write_run(tmp_path, "run-replay", full_run("run-replay")[:3])
+    steps = [
+        {"index": 0, "experiment_id": "exp-000", "decision": "baseline", "recorded": 0.40, "replayed": 0.41,
+         "decision_holds": True},
+        {"index": 1, "recorded": 0.50, "replayed": 0.49, "replayed_decision": "proceed"},
+        {"index": 2, "replayed": 0.47, "replayed_decision": "iterate"},  # recorded value from the original run
+    ]
+    (replay_dir / "replay.json").write_text(json.dumps({"original_run_id": "run-orig", "steps": steps}))
+    out = write_report(replay_dir)
+    page = Page(out.read_text())
+    assert "Replay of run-orig" in page.headings
+    assert len(page.png_images()) == 4
+    with Image.open(out.parent / "replay.png") as im:
+        assert im.format == "PNG"
+    rows = page.table("replay")
+    assert rows[0] == ["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds"]
+    assert rows[1] == ["0", "exp-000", "0.4000", "0.4100", "+0.0100", "baseline", "—", "yes"]
+    assert rows[2] == ["1", "exp-001", "0.5000", "0.4900", "-0.0100", "proceed", "proceed", "yes"]
+    assert rows[3] == ["2", "exp-002", "0.5600", "0.4700", "-0.0900", "proceed", "iterate", "no"]
+
+
+def test_compare_mode(tmp_path):
+    a = write_run(tmp_path, "run-a", full_run("run-a"))
+    b = write_run(tmp_path, "run-b", full_run("run-b")[:3])
+    out = main_report(["run-a", "run-b"], tmp_path)
+    assert out.parent == a / "report-vs-run-b"
+    page = Page(out.read_text())
+    assert page.headings[0] == "run-a vs run-b"
+    assert (out.parent / "compare.png").stat().st_size > 5000
+    assert len(page.png_images()) == 3  # compare + both trajectories
+    summary = {r[0]: r[1:] for r in page.table("summary")}
+    assert summary[""] == ["run-a", "run-b"]
+    assert summary["experiments"] == ["9", "3"] and summary["proceeds"] == ["4", "2"]
+    assert summary["best"] == ["0.6200", "0.5600"] and summary["start"] == ["0.4000", "0.4000"]
+    assert summary["cost"] == ["$0.36", "$0.03"] and summary["tokens"] == ["36,000", "3,000"]
+    taxonomies = [rows for c, rows in page.tables if c == "taxonomy"]
+    assert len(taxonomies) == 2
+    assert taxonomies[0][-1][:3] == ["all", "8", "4"] and taxonomies[1][-1][:3] == ["all", "2", "2"]
+    assert b.exists()
+
+
+def test_missing_run_id_is_a_one_line_error(tmp_path):
+    write_run(tmp_path, "run-a", full_run()[:1])
+    with pytest.raises(TrajectoryError) as err:
+        main_report(["nope"], tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg and "no run 'nope'" in msg and "known: run-a" in msg
+    with pytest.raises(TrajectoryError, match="one run id, or two"):
+        main_report(["a", "b", "c"], tmp_path)
+
+
+def test_figures_logged_to_mlflow_parent_run(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("memsys-research", artifact_location=(tmp_path / "art").as_uri())
+    parent = client.create_run(exp).info.run_id
+    run_dir = write_run(tmp_path, "run-ml", full_run("run-ml")[:3], {"mlflow_parent_run_id": parent})
+    write_report(run_dir)
+    logged = {Path(a.path).name for a in client.list_artifacts(parent, "report")}
+    assert {"report.html", "trajectory.png", "categories.png", "cost_time.png"} <= logged
+    # an unknown parent run is logged as a warning; the report is still written
+    bad = write_run(tmp_path, "run-bad", full_run("run-bad")[:2], {"mlflow_parent_run_id": "0" * 32})
+    assert write_report(bad).exists()
+
+
+def test_chromium_renders_the_page(report, tmp_path):
+    out, page, _ = report
+    assert len(page.png_images()) == 3 and page.table("taxonomy") and page.table("failures")
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium); HTML checked by the parser only")
+    shot = tmp_path / "page.png"
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1280,2200",
+           f"--screenshot={shot}", out.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with Image.open(shot) as im:
+        assert im.format == "PNG" and im.size == (1280, 2200)
+        # a rendered page is not blank: many colours (figures, badges, tables)
+        colours = im.convert("RGB").resize((320, 550)).getcolors(maxcolors=1 << 16)
+        assert colours is None or len(colours) > 200
+    assert shot.stat().st_size > 50_000
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)
