@@ -18,7 +18,7 @@ import re
 import signal as _signal
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from memsys.errors import MemsysError
@@ -34,7 +34,7 @@ STDERR_TAIL_LINES = 40
 IDENTICAL_TOLERANCE = 1e-12
 
 
-class FailureClass(str, Enum):
+class FailureClass(StrEnum):
     AUTH = "auth"
     RATE_LIMIT = "rate_limit"
     API_ERROR = "api_error"
@@ -289,8 +289,6 @@ def _http_class(text: str) -> FailureClass | None:
 def _class_for_names(names: Sequence[str], message: str) -> FailureClass:
     """Failure class for an exception given its class names (most specific first)."""
     for name in names:
-        if name in _MEMSYS_NAMES:
-            return KIND_TO_CLASS.get(_MEMSYS_NAMES[name], FailureClass.RUNTIME_ERROR)
         if name in _EXCEPTION_NAMES:
             return _EXCEPTION_NAMES[name]
     if "Read-only file system" in message:
@@ -300,7 +298,9 @@ def _class_for_names(names: Sequence[str], message: str) -> FailureClass:
     return _http_class(message) or FailureClass.RUNTIME_ERROR
 
 
-def _memsys_names() -> dict[str, str]:
+def memsys_kinds() -> dict[str, str]:
+    """Class name -> `kind` for every MemsysError subclass defined so far (computed per call:
+    subclasses may be defined by modules imported after this one)."""
     found: dict[str, str] = {}
     pending = [MemsysError]
     while pending:
@@ -308,9 +308,6 @@ def _memsys_names() -> dict[str, str]:
         found[cls.__name__] = cls.kind
         pending.extend(cls.__subclasses__())
     return found
-
-
-_MEMSYS_NAMES = _memsys_names()
 
 
 def _typed(kind: str, message: str, *, code_changed: bool, file: str | None = None,
@@ -389,6 +386,9 @@ def classify_failure(
         return _typed(*typed, code_changed=code_changed, file=file, line=line)
     failed = exit_code != 0 or signal is not None
     if failed and tb is not None:
+        kind = memsys_kinds().get(tb.short_type)
+        if kind is not None:  # a typed error that did not print its MEMSYS_ERROR line
+            return _typed(kind, tb.message, code_changed=code_changed, file=file, line=line)
         cls = _class_for_names([tb.short_type], tb.message)
         return _failure(cls, f"{tb.short_type}: {tb.message}".rstrip(": "), code_changed=code_changed,
                         file=file, line=line)

@@ -182,9 +182,10 @@ class ResearchLoop:
         base_url = str(self.llm._client.base_url).rstrip("/")
         if cfg.backend == "local":
             # evaluations reuse the loop's local server through the same OpenAI protocol
-            self.llm_overrides = ["llm.backend=openai", f"llm.base_url={base_url}", f"llm.model={cfg.model}"]
+            # "++": configs/llm/local.yaml has no base_url key, and a plain override cannot add one
+            self.llm_overrides = ["llm.backend=openai", f"++llm.base_url={base_url}", f"llm.model={cfg.model}"]
         else:
-            self.llm_overrides = [f"llm.base_url={base_url}"] if cfg.base_url else []
+            self.llm_overrides = [f"++llm.base_url={base_url}"] if cfg.base_url else []
 
     def _make_proposer(self) -> dict[str, Proposer]:
         out: dict[str, Proposer] = {}
@@ -219,7 +220,10 @@ class ResearchLoop:
         if self.workers_override:
             ov.append(f"workers={self.workers_override}")
         ov += self.llm_overrides
-        return ov
+        last: dict[str, str] = {}
+        for o in ov:  # Hydra refuses a key given twice: the last one wins
+            last[o.split("=", 1)[0]] = o
+        return list(last.values())
 
     def _sandbox_obj(self) -> Any:
         if self._sandbox is None:

@@ -98,6 +98,15 @@ def _read_records_leniently(run_dir: Path, warnings: list[str]) -> list[Experime
     return records
 
 
+def _fill_nulls(rec: ExperimentRecord) -> None:
+    """Explicit nulls in optional list / dict / text fields become empty values (hand-edited or foreign files)."""
+    for name, f in ExperimentRecord.__dataclass_fields__.items():
+        if getattr(rec, name) is None and f.default_factory in (list, dict):
+            setattr(rec, name, f.default_factory())
+        elif getattr(rec, name) is None and f.default == "":
+            setattr(rec, name, "")
+
+
 def load_run(run_dir: Path) -> RunData:
     run_dir = Path(run_dir)
     warnings: list[str] = []
@@ -116,6 +125,7 @@ def load_run(run_dir: Path) -> RunData:
     except TrajectoryError:
         records = _read_records_leniently(run_dir, warnings)
     for rec in records:
+        _fill_nulls(rec)
         if number(rec.objective_value) is None and rec.decision not in ("failed", "rejected"):
             warnings.append(f"{rec.experiment_id}: decision {rec.decision!r} without an objective value")
     return RunData(run_dir, records, warnings, state, replay, config)
@@ -256,7 +266,8 @@ def header_html(run: RunData, s: RunSummary) -> str:
     cards = "".join([
         _card("start", fmt(s.start)),
         _card("best", fmt(s.best)),
-        _card("improvement", f"{fmt_delta(s.improvement)} <small>{fmt_pct(s.improvement_rel)}</small>" if s.improvement is not None else "—", up),
+        _card("improvement", "—" if s.improvement is None else
+              f"{fmt_delta(s.improvement)} <small>{fmt_pct(s.improvement_rel)}</small>", up),
         _card("experiments", f"{s.experiments} <small>({d.get('proceed', 0)} proceed)</small>"),
         _card("time", fmt_duration(s.total_s)),
         _card("cost", f"${s.cost_usd:.2f}"),
@@ -317,7 +328,8 @@ def cost_time_html(records: Sequence[ExperimentRecord]) -> str:
     rows = cost_time_table(records)
     body = [[str(r.index), _e(r.experiment_id), _badge(r.decision), fmt_duration(r.propose_s), fmt_duration(r.eval_s),
              fmt_duration(r.overhead_s), fmt_duration(r.total_s), f"{r.tokens:,}", f"${r.cost_usd:.3f}"] for r in rows]
-    total = ["", "total", "", *(fmt_duration(sum(getattr(r, k) for r in rows)) for k in ("propose_s", "eval_s", "overhead_s", "total_s")),
+    sums = (fmt_duration(sum(getattr(r, k) for r in rows)) for k in ("propose_s", "eval_s", "overhead_s", "total_s"))
+    total = ["", "total", "", *sums,
              f"{sum(r.tokens for r in rows):,}", f"${sum(r.cost_usd for r in rows):.3f}"]
     return table(["#", "experiment", "decision", "propose", "eval", "overhead", "total", "tokens", "cost"],
                  body, numeric=(0, 3, 4, 5, 6, 7, 8), total=total, cls="cost-time")
@@ -337,6 +349,15 @@ def cut_diff(diff: str) -> str:
     return out
 
 
+def diff_html(diff: str) -> str:
+    """Escaped diff lines, added / removed / hunk lines wrapped in spans for colour."""
+    def line(text: str) -> str:
+        cls = ("d-hunk" if text.startswith("@@") else "d-file" if text.startswith(("+++", "---", "diff ")) else
+               "d-add" if text.startswith("+") else "d-del" if text.startswith("-") else "")
+        return f'<span class="{cls}">{_e(text)}</span>' if cls else _e(text)
+    return "\n".join(line(t) for t in diff.split("\n"))
+
+
 def accepted_html(records: Sequence[ExperimentRecord]) -> str:
     parts = []
     for r in (r for r in records if r.decision == "proceed"):
@@ -345,7 +366,7 @@ def accepted_html(records: Sequence[ExperimentRecord]) -> str:
                 if stats else "diff")
         overrides = (f"<p>config overrides: <code>{_e(' '.join(r.config_overrides))}</code></p>"
                      if r.config_overrides else "")
-        diff = (f"<details open><summary>{_e(stat)}</summary><pre>{_e(cut_diff(r.diff))}</pre></details>"
+        diff = (f"<details open><summary>{_e(stat)}</summary><pre>{diff_html(cut_diff(r.diff))}</pre></details>"
                 if r.diff else '<p class="muted">no diff recorded</p>')
         parts.append(
             f'<div class="exp" id="{_e(r.experiment_id)}"><h3>{_e(r.experiment_id)} · {_type_label(r.discovery_type)} · '
@@ -416,7 +437,8 @@ def compare_body(a: RunData, b: RunData, out_dir: Path) -> str:
     summary = table(["", a.run_id, b.run_id], [[_e(k), x, y] for k, x, y in rows], numeric=(1, 2), cls="summary")
     fig = img(plot_compare([(a.run_id, a.records), (b.run_id, b.records)], out_dir / "compare.png"), "best so far, both runs",
               "Best-so-far objective of both runs against the experiment index; faint dots are single experiments.")
-    side = "".join(f"<div><h3>{_e(r.run_id)}</h3>{img(plot_trajectory(r.records, out_dir / f'trajectory_{t}.png', r.run_id), r.run_id)}"
+    side = "".join(f"<div><h3>{_e(r.run_id)}</h3>"
+                   f"{img(plot_trajectory(r.records, out_dir / f'trajectory_{t}.png', r.run_id), r.run_id)}"
                    f"{taxonomy_html(r.records)}</div>" for r, t in ((a, "a"), (b, "b")))
     return (f"<h1>{_e(a.run_id)} vs {_e(b.run_id)}</h1><p class=sub>{_e(a.run_dir)} · {_e(b.run_dir)}</p>"
             f"{warnings_html(warnings)}<h2>Best so far</h2>{fig}<h2>Summary</h2>{summary}"

@@ -5,6 +5,7 @@ Each function draws one PNG from trajectory records and returns its path.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -97,8 +98,8 @@ def plot_categories(records: Sequence[ExperimentRecord], path: Path) -> Path:
     fig, ax = _figure((10, 4.2))
     keys = category_keys(records)
     for key in keys:
-        pts = [(r.index, number(r.metrics.get(key))) for r in records if number((r.metrics or {}).get(key)) is not None]
-        ax.plot(*zip(*pts), marker="o", ms=3.5, lw=1.3, label=key)
+        ys = [number((r.metrics or {}).get(key)) for r in records]  # NaN breaks the line where a run has no value
+        ax.plot([r.index for r in records], [math.nan if y is None else y for y in ys], marker="o", ms=3.5, lw=1.3, label=key)
     if keys:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
     else:
@@ -162,13 +163,13 @@ def plot_replay(steps: Sequence[Any], path: Path, objective: str = "") -> Path:
 def plot_compare(runs: Sequence[tuple[str, Sequence[ExperimentRecord]]], path: Path) -> Path:
     """Best-so-far lines of (label, records) runs against the experiment index."""
     fig, ax = _figure((10, 4.4))
-    for (label, records), colour in zip(runs, (BEST_COLOUR, "#d62728", "#2ca02c")):
+    for (label, records), colour, style in zip(runs, (BEST_COLOUR, "#d62728", "#2ca02c"), ("-", "--", ":")):
         pts = [(r.index, b) for r, b in zip(records, best_so_far(records)) if b is not None]
         vals = [(r.index, number(r.objective_value)) for r in records if number(r.objective_value) is not None]
         if vals:
             ax.scatter(*zip(*vals), color=colour, alpha=0.3, s=18)
         if pts:
-            ax.step(*zip(*pts), where="post", color=colour, lw=2, label=f"{label} (best so far)")
+            ax.step(*zip(*pts), where="post", color=colour, lw=2, ls=style, label=f"{label} (best so far)")
     if any(records for _, records in runs):
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False, fontsize=8.5)
     else:

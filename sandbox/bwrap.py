@@ -34,7 +34,7 @@ from sandbox.base import (
     SandboxSpec,
 )
 from sandbox.cgroups import CgroupLimits
-from sandbox.process import execute
+from sandbox.process import execute, make_cgroup
 
 #: only what programs need from /etc: not shadow files, ssh keys, apt or cron configuration
 DEFAULT_ETC_PATHS: tuple[str, ...] = tuple(
@@ -173,6 +173,8 @@ class BwrapSandbox(Sandbox):
         return args + list(spec.argv)
 
     def _check_spec(self, spec: SandboxSpec) -> None:
+        if not (spec.workdir.is_dir() or spec.workdir in (Path("/"), Path("/tmp"))):
+            raise SandboxError(f"[bwrap] workdir does not exist: {spec.workdir}")
         for path in (*spec.readonly, *spec.writable):
             if not path.exists():
                 raise SandboxError(f"[bwrap] bind source does not exist: {path}")
@@ -187,9 +189,9 @@ class BwrapSandbox(Sandbox):
     def run(self, spec: SandboxSpec) -> SandboxResult:
         self.require_available()
         self._check_spec(spec)
-        cgroup = CgroupLimits(spec.memory_bytes, spec.max_pids) if self._cgroups_usable() else None
+        cgroup = make_cgroup(spec, self.use_cgroups, self.name)
         try:
-            return execute(
+            result = execute(
                 self.build_argv(spec),
                 spec,
                 backend=self.name,
@@ -203,3 +205,8 @@ class BwrapSandbox(Sandbox):
         finally:
             if cgroup is not None:
                 cgroup.close()
+        first = result.stderr.lstrip().partition("\n")[0]
+        if result.exit_code == 1 and first.startswith("bwrap: "):
+            # bwrap could not set the sandbox up (bad bind, no namespaces): our side, not the child's
+            raise SandboxError(f"[bwrap] sandbox setup failed: {first}")
+        return result

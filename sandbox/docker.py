@@ -38,6 +38,8 @@ DEFAULT_USER = "1000:1000"
 DEFAULT_TMPFS_BYTES = 256 << 20
 INFO_TIMEOUT_S = 5.0
 KILL_TIMEOUT_S = 15.0
+#: `docker run` exit status when the daemon could not create or start the container
+DOCKER_RUN_ERROR = 125
 #: variables the docker CLI itself needs (daemon address, TLS, config dir)
 CLI_ENV_PREFIXES = ("DOCKER_",)
 _counter = itertools.count()
@@ -163,7 +165,7 @@ class DockerSandbox(Sandbox):
             except (OSError, subprocess.SubprocessError):
                 pass
 
-        return execute(
+        result = execute(
             self.build_argv(spec, name),
             spec,
             backend=self.name,
@@ -173,3 +175,6 @@ class DockerSandbox(Sandbox):
             on_timeout=kill_container,
             apply_rlimits=False,
         )
+        if result.exit_code == DOCKER_RUN_ERROR:
+            raise SandboxError(f"[docker] docker run failed: {_first_line(result.stderr)}")
+        return result

@@ -131,6 +131,16 @@ class _Capture:
         return head + marker + tail.decode("utf-8", "replace"), True
 
 
+def make_cgroup(spec: SandboxSpec, enabled: bool, backend: str) -> CgroupLimits | None:
+    """This run's cgroups when enabled and usable here, else None."""
+    if not (enabled and CgroupLimits.usable()[0]):
+        return None
+    try:
+        return CgroupLimits(spec.memory_bytes, spec.max_pids)
+    except OSError as exc:
+        raise SandboxError(f"[{backend}] cannot create the run's cgroup: {exc}") from exc
+
+
 def _exited(pid: int) -> bool:
     """True once the child has exited, without reaping it (so its pgid stays ours)."""
     try:
@@ -387,7 +397,7 @@ class ProcessSandbox(Sandbox):
         if not spec.workdir.is_dir():
             raise SandboxError(f"[process] workdir does not exist: {spec.workdir}")
         network = self._network_mode(spec)
-        cgroup = CgroupLimits(spec.memory_bytes, spec.max_pids) if self._cgroups_usable() else None
+        cgroup = make_cgroup(spec, self.use_cgroups, self.name)
         try:
             return execute(
                 spec.argv,

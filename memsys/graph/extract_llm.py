@@ -34,6 +34,7 @@ from memsys.graph.schema import (
     time_label,
 )
 from memsys.records import MAU
+from memsys.temporal import format_date
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class LLMExtractor:
     def messages(self, mau: MAU) -> list[dict[str, str]]:
         lines = [f"Speaker: {mau.speaker or 'unknown'}"]
         if mau.timestamp is not None:
-            lines.append(f"Date: {mau.timestamp.strftime('%d %B %Y').lstrip('0')}")
+            lines.append(f"Date: {format_date(mau.timestamp)}")
         if mau.time_mentions:
             lines.append("Resolved times: " + "; ".join(f"{m.text} = {time_label(m)}" for m in mau.time_mentions))
         lines.append(f"Memory: {mau.full_text}")

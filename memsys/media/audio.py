@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import threading
+import warnings
 import wave
 from dataclasses import dataclass, field
 
@@ -203,7 +204,9 @@ def load_vad():
 
             threads = torch.get_num_threads()
             try:
-                _vad_model = silero_module().load_silero_vad()
+                with warnings.catch_warnings():  # silero-vad's own importlib/jit deprecation notices
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    _vad_model = silero_module().load_silero_vad()
             finally:
                 torch.set_num_threads(threads)
         return _vad_model

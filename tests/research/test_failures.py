@@ -331,3 +331,11 @@ def test_edited_location_forms():
     assert edited_location("/wt/3/memsys/a/bb.py", ["memsys/a/b.py"]) is None
     assert edited_location("/wt/3/xmemsys/a/b.py", ["memsys/a/b.py"]) is None
     assert edited_location("/wt/3/memsys/a/b.py", ["/wt/3/memsys"]) == "/wt/3/memsys/a/b.py"
+
+
+def test_typed_error_traceback_without_error_line():
+    proc = run_python("from memsys.errors import BudgetExceededError\nraise BudgetExceededError('USD cap reached')")
+    failure = classify(proc)
+    assert failure.cls is FailureClass.INFRASTRUCTURE and failure.severity == "fatal"
+    proc = run_python("from memsys.errors import LLMAuthError\nraise LLMAuthError('403 from embeddings endpoint')")
+    assert classify(proc).cls is FailureClass.AUTH

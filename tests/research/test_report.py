@@ -243,6 +243,19 @@ def test_run_without_trajectory_yet(tmp_path):
         write_report(tmp_path)
 
 
+def test_nulls_and_junk_values_in_a_record(tmp_path):
+    run_dir = tmp_path / "run-null"
+    run_dir.mkdir()
+    line = {"version": 1, "run_id": "run-null", "index": 1, "experiment_id": "exp-001", "proposer": "llm",
+            "parent_commit": "c0", "decision": "proceed", "discovery_type": "bug_fix", "hypothesis": None,
+            "metrics": None, "healing": None, "durations": None, "diff": None, "objective_value": "0.5",
+            "tokens": None, "cost_usd": None, "delta": float("nan")}
+    (run_dir / TRAJECTORY_FILE).write_text(json.dumps(line) + "\n")
+    page = Page(write_report(run_dir).read_text())
+    assert len(page.png_images()) == 3
+    assert page.table("taxonomy")[1][:3] == ["BF bug fix", "1", "1"]
+
+
 def test_unreadable_line_in_the_middle_is_a_warning(tmp_path):
     run_dir = write_run(tmp_path, "run-m", full_run("run-m")[:3])
     lines = (run_dir / TRAJECTORY_FILE).read_text().splitlines()

@@ -186,6 +186,23 @@ def test_spec_errors(root):
         BOX.run(SandboxSpec(argv=["true"], workdir=root / "work", writable=[root / "work"], readonly=[root / "nope"]))
 
 
+def test_setup_failure_is_a_sandbox_error(root, monkeypatch):
+    box = BwrapSandbox()
+    assert box.available()[0]  # probe with the real command line first
+    good_argv = box.build_argv
+
+    def broken_argv(spec):  # an invalid bwrap option sequence: setup fails before exec
+        argv = good_argv(spec)
+        at = argv.index("--chdir")
+        return argv[:at] + ["--remount-ro", "/nonexistent-mount"] + argv[at:]
+
+    monkeypatch.setattr(box, "build_argv", broken_argv)
+    with pytest.raises(SandboxError, match=r"\[bwrap\] sandbox setup failed: bwrap: "):
+        box.run(SandboxSpec(argv=["true"], workdir=root / "work", writable=[root / "work"]))
+    with pytest.raises(SandboxError, match="does not exist"):
+        BOX.run(SandboxSpec(argv=["true"], workdir=root / "work" / "missing", writable=[root / "work"]))
+
+
 def test_unavailable_binary_gives_a_reason():
     missing = BwrapSandbox(bwrap_path="/nonexistent/bwrap")
     ok, reason = missing.available()

@@ -1,0 +1,255 @@
+"""End to end: the research loop on a throwaway git repo, proposals from a scripted OpenAI server.
+
+Real pieces: git worktrees and refs, the process sandbox running ``benchmarks.cli eval`` on the
+LoCoMo tiny sample (reader=none: retrieval metrics only, objective recall@10), the openai SDK over
+HTTP to :class:`OpenAITestServer`. Only the researcher's replies are scripted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from memsys.llm.client import LLMClient
+from research.config import load_run_setup
+from research.loop import ResearchLoop
+from research.state import LoopState
+from research.trajectory import read_trajectory
+from tests.support.openai_server import OpenAITestServer, Reply
+
+pytestmark = pytest.mark.slow
+
+MAIN = Path(__file__).resolve().parents[2]
+COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
+SCORER = "benchmarks/metrics/locomo.py"
+
+IMPROVE = {
+    "hypothesis": "hybrid retrieval with more candidates raises recall",
+    "discovery_type": "hyperparameter_tuning",
+    "expected_effect": "recall@10 up",
+    "config_overrides": ["retrieval.merge=set_union", "retrieval.top_k=20", "retrieval.dense_k=20",
+                         "retrieval.sparse_k=20"],
+    "edits": [],
+}
+DEGRADE = {
+    "hypothesis": "fewer candidates give a more precise context",
+    "discovery_type": "hyperparameter_tuning",
+    "expected_effect": "precision up",
+    "config_overrides": ["retrieval.top_k=2", "retrieval.dense_k=2"],
+    "edits": [],
+}
+FORBIDDEN = {
+    "hypothesis": "score answers more leniently",
+    "discovery_type": "evaluation_format_alignment",
+    "expected_effect": "everything passes",
+    "config_overrides": [],
+    "edits": [{"path": SCORER, "search": "", "replace": "# owned\n"}],
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def template_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's sources, copied once per module (each test clones it)."""
+    src = tmp_path_factory.mktemp("template") / "repo"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in COPIED:
+        p = MAIN / name
+        if p.is_dir():
+            shutil.copytree(p, src / name, ignore=ignore)
+        else:
+            shutil.copy2(p, src / name)
+    return src
+
+
+@pytest.fixture
+def repo(tmp_path: Path, template_repo: Path) -> Path:
+    r = tmp_path / "repo"
+    shutil.copytree(template_repo, r)
+    (r / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
+    git(r, "init", "-q", "-b", "main")
+    git(r, "add", "-A")
+    git(r, "commit", "-q", "-m", "initial")
+    return r
+
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("MEMSYS_RUNS_DIR", str(d))
+    return d  # MEMSYS_CACHE_DIR stays the session cache of tests/conftest.py (stores built once)
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAITestServer]:
+    with OpenAITestServer() as srv:
+        # an unscripted chat request would be a test bug: answer it with non-JSON so it fails loudly
+        srv.handler = lambda body: Reply.ok("UNSCRIPTED")
+        yield srv
+
+
+def opener_for(server: OpenAITestServer):
+    @contextmanager
+    def opener(cfg: Any, *, budget: Any = None, **_: Any) -> Iterator[LLMClient]:
+        c = dataclasses.replace(cfg, backend="openai", base_url=server.base_url, cache=False, max_retries=0,
+                                timeout_s=30.0)
+        with LLMClient(c, budget=budget) as client:
+            yield client
+    return opener
+
+
+def make_setup(repo: Path, experiments: int):
+    return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
+                           f"research.repo={repo}", "research.proposer=llm",
+                           f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
+                           "workers=1"])
+
+
+def load_state(run_dir: Path) -> LoopState:
+    return LoopState.load(run_dir)
+
+
+def assert_clean(repo: Path, run_dir: Path) -> None:
+    assert git(repo, "status", "--porcelain") == ""
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    wt = run_dir / "worktrees"
+    assert not wt.exists() or not any(wt.iterdir())
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, server: OpenAITestServer) -> None:
+    run_id = "e2e"
+    head = git(repo, "rev-parse", "HEAD")
+    scorer_before = (repo / SCORER).read_text(encoding="utf-8")
+    server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE),
+                   Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN))
+    events: list[tuple[str, dict[str, Any]]] = []
+    loop = ResearchLoop(make_setup(repo, 5), run_id, llm_opener=opener_for(server),
+                        on_event=lambda k, d: events.append((k, d)))
+    st = loop.run()
+    run_dir = runs / run_id
+
+    # --- journal
+    records, warnings = read_trajectory(run_dir, strict=True)
+    assert warnings == []
+    assert [r.experiment_id for r in records] == [f"exp-{i:03d}" for i in range(6)]
+    assert [r.decision for r in records] == ["baseline", "proceed", "iterate", "pivot", "failed", "rejected"]
+    assert [r.proposer for r in records] == ["baseline"] + ["llm"] * 5
+    base, imp, deg1, deg2, bad, forb = records
+    assert base.commit == head and base.objective == "recall_at_10"
+    assert 0.0 <= base.objective_value < 1.0
+    assert imp.objective_value > base.objective_value * 1.005
+    assert imp.best_before == base.objective_value and imp.delta == pytest.approx(imp.objective_value - base.objective_value)
+    assert imp.config_overrides == IMPROVE["config_overrides"] and imp.parent_commit == head
+    assert "configs/memory/naive.yaml" in imp.diff and imp.diff_stats["files"] == 1
+    for r in (deg1, deg2):
+        assert r.parent_commit == imp.commit  # iterations start from the best commit
+        assert r.objective_value < imp.objective_value and r.delta < 0
+        assert r.failure is None
+    assert bad.failure["stage"] == "propose" and bad.objective_value is None and bad.commit is None
+    assert forb.failure["cls"] == "forbidden_edit" and forb.failure["stage"] == "apply"
+    assert forb.objective_value is None and forb.eval_run_id is None
+    assert all(r.tokens > 0 for r in records[1:] if r.decision != "failed")
+
+    # --- the researcher saw the loop's modes
+    prompts = [b["messages"][-1]["content"] for b in server.chat_requests]
+    assert len(prompts) == 5 and server.pending == 0
+    assert "Propose a new hypothesis" in prompts[0] and "Propose a new hypothesis" in prompts[1]
+    assert "refine the SAME hypothesis" in prompts[2] and DEGRADE["hypothesis"] in prompts[2]
+    assert "NEW direction" in prompts[3]
+    assert "exp-001 [proceed]" in prompts[3]
+
+    # --- state and refs
+    assert st.status == "finished" and "experiment budget spent (5/5)" in st.stop_reason
+    saved = load_state(run_dir)
+    assert saved.best_value == pytest.approx(imp.objective_value)
+    assert saved.best_commit == imp.commit and saved.base_commit == head
+    assert saved.next_index == 6
+    assert saved.pivots == 2  # the pivot decision, then failed + rejected in a row
+    assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == imp.commit
+    assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/base") == head
+    branches = git(repo, "branch", "--list", f"autoresearch/{run_id}/*", "--format=%(refname:short)").split()
+    assert branches == [f"autoresearch/{run_id}/exp-{i:03d}" for i in (0, 1, 2, 3, 5)]  # exp-004 never got a worktree
+    for r in (imp, deg1, deg2, forb):
+        assert git(repo, "rev-parse", r.branch) == r.commit
+    assert git(repo, "show", f"{imp.commit}:configs/memory/naive.yaml").count("set_union") == 1
+
+    # --- forbidden edit: committed on its branch for the record, never in the user's tree or the best ref
+    assert git(repo, "show", f"{forb.commit}:{SCORER}") == "# owned"  # the attempt is journaled
+    assert (repo / SCORER).read_text(encoding="utf-8") == scorer_before
+    assert git(repo, "show", f"refs/autoresearch/{run_id}/best:{SCORER}") + "\n" == scorer_before
+
+    # --- hygiene
+    assert_clean(repo, run_dir)
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert (run_dir / "evals" / "exp-001" / "result.json").exists()
+    assert [d["record"].experiment_id for k, d in events if k == "experiment"] == [r.experiment_id for r in records]
+
+
+def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path, server: OpenAITestServer) -> None:
+    run_id = "resume"
+    run_dir = runs / run_id
+    head = git(repo, "rev-parse", "HEAD")
+    server.enqueue(Reply.of_json(IMPROVE))
+    st = ResearchLoop(make_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
+    assert "experiment budget spent (1/1)" in st.stop_reason
+    records, _ = read_trajectory(run_dir)
+    assert [r.decision for r in records] == ["baseline", "proceed"]
+    proceed_commit = records[1].commit
+
+    # a fresh run with the same id refuses to start over
+    from research.errors import RunStateError
+
+    with pytest.raises(RunStateError, match="--resume"):
+        ResearchLoop(make_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
+
+    # --- simulate a kill: exp-001 journaled but its state write lost, the best ref not moved,
+    # a worktree left behind, and the next record cut off mid-line
+    state = json.loads((run_dir / "state.json").read_text())
+    state.update(next_index=1, best_value=records[0].objective_value, best_commit=head,
+                 best_metrics=records[0].metrics, status="running")
+    (run_dir / "state.json").write_text(json.dumps(state))
+    git(repo, "update-ref", f"refs/autoresearch/{run_id}/best", head)
+    git(repo, "worktree", "add", "-q", "-b", f"autoresearch/{run_id}/exp-002", str(run_dir / "worktrees" / "exp-002"), head)
+    with open(run_dir / "trajectory.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "resume", "index": 2, "experiment_id": "exp-002", "decis')
+    assert len(read_trajectory(run_dir)[1]) == 1  # the warning about the cut line
+
+    cfg = json.loads((run_dir / "config.json").read_text())
+    cfg["config"]["research"]["budget"]["experiments"] = 3
+    (run_dir / "config.json").write_text(json.dumps(cfg))
+
+    # exp-002: a reply that is not JSON (failed, no evaluation); exp-003: a forbidden edit (rejected)
+    server.enqueue(Reply.ok("not json at all"), Reply.of_json(FORBIDDEN))
+    loop = ResearchLoop.from_run(run_id, llm_opener=opener_for(server))
+    assert loop.resume and loop.setup.research.budget.experiments == 3
+    st = loop.run()
+
+    records, warnings = read_trajectory(run_dir, strict=True)  # strict: the cut line is gone
+    assert warnings == []
+    ids = [r.experiment_id for r in records]
+    assert ids == ["exp-000", "exp-001", "exp-002", "exp-003"] and len(set(ids)) == len(ids)
+    assert [r.decision for r in records] == ["baseline", "proceed", "failed", "rejected"]
+    assert records[2].parent_commit == proceed_commit and records[3].parent_commit == proceed_commit
+    assert st.status == "finished" and "(3/3)" in st.stop_reason
+    saved = load_state(run_dir)
+    assert saved.next_index == 4
+    assert saved.best_commit == proceed_commit  # reconciled from the journal
+    assert saved.best_value == pytest.approx(records[1].objective_value)
+    assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == proceed_commit
+    assert server.pending == 0 and len(server.chat_requests) == 3
+    assert_clean(repo, run_dir)
