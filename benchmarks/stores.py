@@ -61,8 +61,11 @@ def store_key(bench: Benchmark, conv: Conversation, cfg: MemoryConfig, llm_model
 
 def to_turn(t: DatasetTurn) -> Turn:
     text = t.text if t.response is None else f"{t.text}\n{t.response_speaker or 'assistant'}: {t.response}"
+    caption = t.image_caption
+    if caption and t.image_id:  # text systems get the image id with its caption (Mem-Gallery VS answers are ids)
+        caption = f"{t.image_id} {caption}"
     return Turn(id=t.id, speaker=t.speaker, text=text,
-                timestamp=t.timestamp, session_id=t.session_id, image_caption=t.image_caption,
+                timestamp=t.timestamp, session_id=t.session_id, image_caption=caption,
                 image_path=t.image_path)
 
 

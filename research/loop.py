@@ -613,7 +613,7 @@ class ResearchLoop:
             from research.taxonomy import taxonomy_table
 
             c = MlflowClient()
-            c.log_text(pid, json.dumps(taxonomy_table(self.records), indent=2, default=str), "taxonomy.json")
+            c.log_text(pid, json.dumps([asdict(r) for r in taxonomy_table(self.records)], indent=2, default=str), "taxonomy.json")
             if self.state.status != "running":
                 c.set_terminated(pid, status="FINISHED" if self.state.status == "finished" else "KILLED")
         except Exception as exc:

@@ -141,6 +141,7 @@ class ReplayStep:
     decision: str
     replayed_decision: str
     holds: bool | None
+    status: str = ""
 
     @property
     def delta(self) -> float | None:
@@ -152,21 +153,25 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
 
 
 def replay_steps(run: RunData) -> list[ReplayStep]:
-    """replay.json's steps; recorded values missing there are taken from the original run if it is a sibling."""
+    """replay.json's steps (research/replay.py); what a step leaves out is taken from the original run
+    when it sits next to the replay, and from the replay's own trajectory."""
     replay = run.replay or {}
     raw = replay.get("steps") or replay.get("per_step") or []
-    original: dict[int, ExperimentRecord] = {}
+    original: list[ExperimentRecord] = []
     orig_dir = run.run_dir.parent / str(replay.get("original_run_id", ""))
     if replay.get("original_run_id") and (orig_dir / TRAJECTORY_FILE).exists():
         try:
-            original = {r.index: r for r in read_trajectory(orig_dir)[0]}
+            original = read_trajectory(orig_dir)[0]
         except TrajectoryError as exc:
             run.warnings.append(f"original run {orig_dir}: {exc}")
+    by_id = {r.experiment_id: r for r in [*run.records, *original]}  # the original's wins
+    by_index = {r.index: r for r in original}
     steps = []
     for n, s in enumerate(x for x in raw if isinstance(x, dict)):
         idx = _first(s, "step", "index")
-        idx = idx if isinstance(idx, int) else n
-        orig = original.get(idx)
+        known = by_id.get(str(s.get("experiment_id")))
+        idx = idx if isinstance(idx, int) else known.index if known else n
+        orig = by_index.get(idx) if original else None
         recorded = number(_first(s, "recorded", "recorded_value", "original"))
         if recorded is None and orig is not None:
             recorded = number(orig.objective_value)
@@ -177,7 +182,7 @@ def replay_steps(run: RunData) -> list[ReplayStep]:
             holds = (replayed_decision == decision) if replayed_decision and decision else None
         exp_id = str(_first(s, "experiment_id") or (orig.experiment_id if orig else f"step-{idx}"))
         steps.append(ReplayStep(idx, exp_id, recorded, number(_first(s, "replayed", "replayed_value", "replay")),
-                                decision, replayed_decision, holds))
+                                decision, replayed_decision, holds, str(s.get("status") or "")))
     return steps
 
 
@@ -376,20 +381,30 @@ def accepted_html(records: Sequence[ExperimentRecord]) -> str:
 
 
 def replay_html(run: RunData, out_dir: Path) -> str:
+    replay = run.replay or {}
     steps = replay_steps(run)
-    objective = str((run.replay or {}).get("objective") or objective_name(run.records))
+    run.warnings.extend(f"replay: {w}" for w in replay.get("warnings") or [] if isinstance(w, str))
+    objective = str(replay.get("objective") or objective_name(run.records))
     fig = img(plot_replay(steps, out_dir / "replay.png", objective), "original vs replay",
               "Recorded objective of the original run and the replayed value per step; red rings: decision does not hold.")
     holds = {True: '<span class="badge b-yes">yes</span>', False: '<span class="badge b-no">no</span>', None: "—"}
     body = [[str(s.step), _e(s.experiment_id), fmt(s.recorded), fmt(s.replayed), fmt_delta(s.delta),
              _badge(s.decision) if s.decision else "—", _badge(s.replayed_decision) if s.replayed_decision else "—",
-             holds[s.holds]] for s in steps]
-    n_hold = sum(1 for s in steps if s.holds)
-    n_known = sum(1 for s in steps if s.holds is not None)
-    orig = _e((run.replay or {}).get("original_run_id", "?"))
-    return (f"<h2>Replay of {orig}</h2><p>{n_hold} of {n_known} decisions still hold.</p>{fig}"
-            + table(["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds"],
-                    body, numeric=(0, 2, 3, 4), cls="replay"))
+             holds[s.holds], '<span class="muted">ok</span>' if s.status == "ok" else _e(_cut(s.status) or "—")]
+            for s in steps]
+    n_hold, n_known = sum(1 for s in steps if s.holds), sum(1 for s in steps if s.holds is not None)
+    facts = [f"{n_hold} of {n_known} decisions still hold"]
+    if number(replay.get("wall_s")) is not None:
+        facts.append(f"replay took {fmt_duration(replay['wall_s'])}"
+                     + (f" (original run {fmt_duration(replay['original_wall_s'])})"
+                        if number(replay.get("original_wall_s")) else ""))
+    if replay.get("overrides"):
+        facts.append(f"overrides: <code>{_e(' '.join(map(str, replay['overrides'])))}</code>")
+    if replay.get("only") not in (None, "all"):
+        facts.append(f"steps replayed: {_e(replay['only'])}")
+    return (f"<h2>Replay of {_e(replay.get('original_run_id', '?'))}</h2><p>{'; '.join(facts)}.</p>{fig}"
+            + table(["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds",
+                     "status"], body, numeric=(0, 2, 3, 4), cls="replay"))
 
 
 # --- pages -----------------------------------------------------------------------
@@ -408,9 +423,8 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
                f"Objective per experiment with the best-so-far line; accepted points carry their discovery type ({_ABBREV_NOTE}).")
     cats = img(plot_categories(recs, out_dir / "categories.png"), "per-category metrics")
     cost = img(plot_cost_time(recs, out_dir / "cost_time.png"), "time and cost per experiment")
-    parts = [header_html(run, s), warnings_html(run.warnings), "<h2>Trajectory</h2>", traj]
-    if run.replay is not None:
-        parts.append(replay_html(run, out_dir))
+    replay = replay_html(run, out_dir) if run.replay is not None else ""  # before the warnings: it adds some
+    parts = [header_html(run, s), warnings_html(run.warnings), "<h2>Trajectory</h2>", traj, replay]
     parts += ["<h2>Per-category metrics</h2>", cats,
               "<h2>Discovery taxonomy</h2><p class=muted>Experiments per type (baseline excluded), how many were "
               "accepted, and the sum and mean of the accepted deltas.</p>", taxonomy_html(recs),

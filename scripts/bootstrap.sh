@@ -26,12 +26,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-if ! command -v bwrap >/dev/null 2>&1; then
+# system tools: bubblewrap (sandbox), chromium (report screenshot test), espeak-ng (speech for media tests)
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    say "installing bubblewrap (sandbox backend)"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null) \
-      || say "warning: bubblewrap not installed; the sandbox falls back to the process backend"
+    say "installing ${missing[*]} (Debian packages)"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null) \
+      || say "warning: could not install ${missing[*]}; the tests that need them skip with a reason"
   else
-    say "note: bubblewrap not found; the sandbox falls back to the process backend"
+    say "note: ${missing[*]} not installed; the sandbox falls back to the process backend and some tests skip"
   fi
 fi

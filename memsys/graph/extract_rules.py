@@ -52,7 +52,9 @@ Relations (only the 12 released types; the mapping of what was said to a type)
   R7  "my dog Max" (np followed by a name) -> np related_to name 0.6.
   R8  every other pair of entities in the MAU (first 8 by position) -> related_to 0.3
       (co-occurrence), and the speaker related_to every entity it has no other
-      relation with (0.3).
+      relation with (0.3), except Time entities (dates reach the speaker through
+      events; a speaker adjacent to every date puts all dates one hop from any query
+      that names the speaker).
 """
 
 from __future__ import annotations
@@ -522,8 +524,8 @@ class _MauBuilder:
                 if (a, b) not in self._pairs:
                     self.relation(self._ents[a].name, self._ents[b].name, "related_to", C_COOCCUR)
         if speaker_key in self._ents:
-            for k in self._order:
-                if k != speaker_key and (speaker_key, k) not in self._pairs:
+            for k in self._order:  # not Time: a speaker adjacent to every date would shortcut the graph
+                if k != speaker_key and (speaker_key, k) not in self._pairs and self._ents[k].type != "Time":
                     self.relation(self._ents[speaker_key].name, self._ents[k].name, "related_to", C_COOCCUR)
 
     def entities(self) -> list[ExtractedEntity]:

@@ -5,7 +5,8 @@ Query-time augmentation (``augment``), the paper's rule plus what it leaves open
 
 1. Seeds V_q: entities whose alias (normalized) equals a query n-gram (n <= 5, longest
    first, n-grams of query stopwords skipped, a matched span is not matched again);
-   Person name tokens ("smith" for "John Smith") match with score 0.9; n-grams left
+   partial names (a Person's name tokens, "smith" for "John Smith"; the head of an
+   owner-qualified name, "sunrise" for "Melanie's lake sunrise") match with score 0.9; n-grams left
    over are matched fuzzily (Jaro-Winkler >= ``seed_fuzzy_threshold``). At most
    ``max_seeds``, ranked by match score, n-gram length, then rarity (fewer MAUs).
 2. Bounded BFS from V_q within ``hops``, edges undirected for reachability; each
@@ -42,11 +43,20 @@ from memsys.config import GraphConfig
 from memsys.embed import Embedder
 from memsys.graph.lexicon import QUERY_STOP
 from memsys.graph.resolve import Resolution, noisy_or, resolve_extractions
-from memsys.graph.schema import Entity, Extraction, Relation, core_name, entity_id, mau_date_label, normalize_name
+from memsys.graph.schema import (
+    Entity,
+    Extraction,
+    Relation,
+    core_name,
+    entity_id,
+    mau_date_label,
+    normalize_name,
+    split_owner,
+)
 from memsys.graph import tables
 
 MAX_NGRAM = 5
-PARTIAL_NAME_SCORE = 0.9  # a Person's single name token ("smith") as a seed
+PARTIAL_NAME_SCORE = 0.9  # a seed found through a partial name (see _partial_keys)
 _MIN_FUZZY_CHARS = 4
 _MAX_FACT_DATES = 3
 
@@ -66,6 +76,21 @@ class GraphHits:
     reached: dict[str, tuple[int, float]] = field(default_factory=dict)  # entity -> (hops, r)
     maus: list[tuple[str, float]] = field(default_factory=list)
     facts: list[str] = field(default_factory=list)
+
+
+def _partial_keys(e: Entity, keys: Iterable[str]) -> set[str]:
+    """Lookups that name an entity partially: a Person's name tokens ("smith"), and the
+    head of an owner-qualified name ("lake sunrise", "sunrise" for "Melanie's lake sunrise")."""
+    out: set[str] = set()
+    for k in keys:
+        owner, head = split_owner(k)
+        toks = head.split()
+        if owner is not None:
+            out.add(head)
+            out.add(toks[-1])
+        elif e.type == "Person" and len(toks) > 1:
+            out.update(toks)
+    return {t for t in out if len(t) >= 3 and t not in QUERY_STOP}
 
 
 class KnowledgeGraph:
@@ -100,13 +125,9 @@ class KnowledgeGraph:
             for k in keys:
                 if k and e.id not in self._alias[k]:
                     self._alias[k].append(e.id)
-            if e.type == "Person":
-                for k in keys:
-                    toks = k.split()
-                    if len(toks) > 1 and "'s" not in toks:
-                        for t in toks:
-                            if len(t) >= 3 and t not in QUERY_STOP and e.id not in self._partial[t]:
-                                self._partial[t].append(e.id)
+            for part in _partial_keys(e, keys):
+                if e.id not in self._partial[part]:
+                    self._partial[part].append(e.id)
         self._fuzzy_keys = [k for k in self._alias if len(k) >= _MIN_FUZZY_CHARS]
 
     # ------------------------------------------------------------------ construction
@@ -190,7 +211,7 @@ class KnowledgeGraph:
                     continue
                 gram = " ".join(tokens[i:i + n])
                 ids, score = self._alias.get(gram), 1.0
-                if not ids and n == 1:
+                if not ids:
                     ids, score = self._partial.get(gram), PARTIAL_NAME_SCORE
                 if ids:
                     take(ids, gram, score)

@@ -188,8 +188,10 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
         assert git(repo, "rev-parse", r.branch) == r.commit
     assert git(repo, "show", f"{imp.commit}:configs/memory/naive.yaml").count("set_union") == 1
 
-    # --- forbidden edit: committed on its branch for the record, never in the user's tree or the best ref
-    assert git(repo, "show", f"{forb.commit}:{SCORER}") == "# owned"  # the attempt is journaled
+    # --- forbidden edit: refused before anything was written; the attempt is still a (empty) commit
+    assert forb.hypothesis == FORBIDDEN["hypothesis"] and forb.edits[0]["path"] == SCORER
+    assert forb.parent_commit == imp.commit and forb.diff == ""
+    assert git(repo, "show", f"{forb.commit}:{SCORER}") + "\n" == scorer_before
     assert (repo / SCORER).read_text(encoding="utf-8") == scorer_before
     assert git(repo, "show", f"refs/autoresearch/{run_id}/best:{SCORER}") + "\n" == scorer_before
 

@@ -269,24 +269,35 @@ def test_unreadable_line_in_the_middle_is_a_warning(tmp_path):
 def test_replay_report(tmp_path):
     write_run(tmp_path, "run-orig", full_run("run-orig")[:4])
     replay_dir = write_run(tmp_path, "run-replay", full_run("run-replay")[:3])
-    steps = [
-        {"index": 0, "experiment_id": "exp-000", "decision": "baseline", "recorded": 0.40, "replayed": 0.41,
-         "decision_holds": True},
-        {"index": 1, "recorded": 0.50, "replayed": 0.49, "replayed_decision": "proceed"},
-        {"index": 2, "replayed": 0.47, "replayed_decision": "iterate"},  # recorded value from the original run
+    steps = [  # as research/replay.py writes them
+        {"experiment_id": "exp-000", "recorded": 0.40, "recorded_decision": "baseline", "replayed": 0.41, "delta": 0.01,
+         "replayed_decision": "baseline", "holds": True, "status": "ok"},
+        {"experiment_id": "exp-001", "recorded": 0.50, "recorded_decision": "proceed", "replayed": 0.49,
+         "delta": -0.01, "replayed_decision": "proceed", "holds": True, "status": "ok"},
+        {"experiment_id": "exp-002", "recorded": 0.56, "recorded_decision": "proceed", "replayed": None, "delta": None,
+         "replayed_decision": None, "holds": None, "status": "edit no longer applies: <search> not found"},
+        # a minimal step: the recorded value and decision come from the original run next to it
+        {"index": 3, "replayed": 0.47, "replayed_decision": "proceed"},
     ]
-    (replay_dir / "replay.json").write_text(json.dumps({"original_run_id": "run-orig", "steps": steps}))
+    (replay_dir / "replay.json").write_text(json.dumps({
+        "original_run_id": "run-orig", "only": "all", "overrides": ["split=test"], "warnings": ["orig: cut-off line"],
+        "wall_s": 100.0, "original_wall_s": 1000.0, "steps": steps}))
     out = write_report(replay_dir)
-    page = Page(out.read_text())
+    text = out.read_text()
+    page = Page(text)
     assert "Replay of run-orig" in page.headings
+    assert "2 of 3 decisions still hold" in text and "replay took 1m 40s (original run 16m 40s)" in text
+    assert "split=test" in text and "replay: orig: cut-off line" in text
     assert len(page.png_images()) == 4
     with Image.open(out.parent / "replay.png") as im:
         assert im.format == "PNG"
     rows = page.table("replay")
-    assert rows[0] == ["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds"]
-    assert rows[1] == ["0", "exp-000", "0.4000", "0.4100", "+0.0100", "baseline", "—", "yes"]
-    assert rows[2] == ["1", "exp-001", "0.5000", "0.4900", "-0.0100", "proceed", "proceed", "yes"]
-    assert rows[3] == ["2", "exp-002", "0.5600", "0.4700", "-0.0900", "proceed", "iterate", "no"]
+    assert rows[0] == ["step", "experiment", "recorded", "replayed", "Δ", "decision", "replayed decision", "still holds",
+                       "status"]
+    assert rows[1] == ["0", "exp-000", "0.4000", "0.4100", "+0.0100", "baseline", "baseline", "yes", "ok"]
+    assert rows[2] == ["1", "exp-001", "0.5000", "0.4900", "-0.0100", "proceed", "proceed", "yes", "ok"]
+    assert rows[3] == ["2", "exp-002", "0.5600", "—", "—", "proceed", "—", "—", "edit no longer applies: <search> not found"]
+    assert rows[4] == ["3", "exp-003", "0.5610", "0.4700", "-0.0910", "iterate", "proceed", "no", "—"]
 
 
 def test_compare_mode(tmp_path):

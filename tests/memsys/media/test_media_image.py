@@ -17,7 +17,7 @@ from memsys.errors import ConfigError, MissingDependencyError, ModelError
 from memsys.media import MediaInputError, MediaReport, ingest_image, ingest_images, memgallery_image_path
 from memsys.media.encoders import ClipImageEncoder, PerceptualImageEncoder, make_image_encoder
 from memsys.media.image import decode_image
-from memsys.media.ingest import ImageItem
+from memsys.media.ingest import ImageItem, load_image_vector
 from memsys.memory import Memory
 from memsys.records import Modality
 
@@ -120,9 +120,10 @@ def test_image_mau_fields_cold_storage_and_dedup(tmp_path):
     assert mau.timestamp == ts and mau.session_id == "D1" and mau.source_id == "D1:IMG_001"
     assert mau.details["mime"] == "image/jpeg" and mau.details["caption_source"] == "given"
     assert mem.store.cold.get(mau.pointer) == data  # raw bytes in the cold tier
-    vec = np.frombuffer(mem.store.cold.get(mau.details["image_vec_pointer"]), np.float32)
+    vec = load_image_vector(mem.store.cold, mau.details["image_vec_pointer"])
     assert vec.shape == (PerceptualImageEncoder().dim,)
-    assert report.items[0].bytes_stored == len(data) + vec.nbytes
+    assert float(vec @ PerceptualImageEncoder().encode_one(Image.open(io.BytesIO(data)))) > 0.999
+    assert report.items[0].bytes_stored == len(data) + 2 * vec.size  # float16 vector
     # same bytes again: the same pointer would result; the item is a duplicate, nothing new is stored
     again = ingest_image(mem, data, "another caption", report=report)
     assert again is None and report.items[1].decision.verdict == "duplicate"
