@@ -190,6 +190,11 @@ def run_eval(setup: EvalSetup, *, llm: Any = None, progress: bool = True,
     if fatal:
         raise fatal[0]
 
+    if with_reader and rows and all(r.get("error") for r in rows):
+        # every reader call failed: that is a broken endpoint, not a score of zero
+        from memsys.errors import LLMServerError
+
+        raise LLMServerError(f"all {len(rows)} reader calls failed; first: {rows[0]['error']}")
     metrics = aggregate(bench.name, rows, with_reader)
     objective = setup.objective
     value = metrics.get(objective)

@@ -214,9 +214,8 @@ class ResearchLoop:
         ov += [f"memory={self.preset}", f"split={ev.eval.split}", f"run_id={self.run_id}-{experiment_id}",
                f"mlflow_experiment={ev.eval.mlflow_experiment}"]
         ov.append(f"sample={sample if sample is not None else (ev.eval.sample or 'full')}")
-        ov.append(f"mlflow={'true' if ev.eval.mlflow else 'false'}")
-        if self.state.mlflow_parent_run_id:
-            ov.append(f"parent_run_id={self.state.mlflow_parent_run_id}")
+        # the sandbox cannot write the run's MLflow database: the loop logs each child run itself
+        ov.append("mlflow=false")
         if self.workers_override:
             ov.append(f"workers={self.workers_override}")
         ov += self.llm_overrides
@@ -238,7 +237,9 @@ class ResearchLoop:
             return "none"
         from memsys.llm.client import is_loopback
 
-        return "loopback" if is_loopback(str(self.llm._client.base_url)) else "host"
+        # bwrap's new network namespace has its own loopback, which cannot reach the loop's
+        # local LLM server on the host's 127.0.0.1, so a reader needs the host network.
+        return "host"
 
     def _run_eval(self, wt: Worktree, experiment_id: str, sample: str | None, code_changed: bool,
                   edited: list[str], tag: str = "") -> EvalOutcome:
@@ -583,13 +584,18 @@ class ResearchLoop:
             c = MlflowClient()
             if rec.best_before is not None or rec.decision == "baseline":
                 c.log_metric(pid, "best_objective", float(self.state.best_value or 0.0), step=rec.index)
-            run_id = rec.mlflow_run_id
-            if run_id is None:
-                exp = c.get_run(pid).info.experiment_id
-                run_id = c.create_run(exp, run_name=f"{self.run_id}-{rec.experiment_id}",
-                                      tags={"mlflow.parentRunId": pid}).info.run_id
-                c.set_terminated(run_id, status="FAILED" if rec.decision in ("failed", "rejected") else "FINISHED")
-                rec.mlflow_run_id = run_id
+            exp = c.get_run(pid).info.experiment_id
+            run_id = c.create_run(exp, run_name=f"{self.run_id}-{rec.experiment_id}",
+                                  tags={"mlflow.parentRunId": pid}).info.run_id
+            for k, v in numeric(rec.metrics).items():
+                c.log_metric(run_id, k.replace("@", "_at_"), v)
+            if rec.eval_run_id:
+                eval_dir = self.run_dir / "evals" / rec.experiment_id / rec.eval_run_id
+                for name in ("predictions.jsonl", "metrics.json", "table.txt"):
+                    if (eval_dir / name).exists():
+                        c.log_artifact(run_id, str(eval_dir / name))
+            c.set_terminated(run_id, status="FAILED" if rec.decision in ("failed", "rejected") else "FINISHED")
+            rec.mlflow_run_id = run_id
             for k, v in {"discovery_type": rec.discovery_type or "none", "decision": rec.decision,
                          "commit": rec.commit or "", "branch": rec.branch or "", "experiment": rec.experiment_id,
                          "proposer": rec.proposer, "failure": (rec.failure or {}).get("cls", "")}.items():

@@ -34,9 +34,12 @@ Rules around the score, each guarding a failure measured on LoCoMo names:
   and "John Doe" stay apart even if "John" scores high with both).
 
 Blocking keeps this near-linear: forms are compared only within blocks of the same
-type sharing the first character or the last token of the comparison form
-(owner-qualified forms: the same owner); blocks larger than ``MAX_BLOCK`` are split
-by the first two characters.
+type sharing the first character of the comparison form, and for Person/Organization
+also the last token ("dr smith" / "john smith"); owner-qualified forms are blocked by
+owner. Jaro-Winkler weighs the prefix, so forms with different first characters
+practically never exceed the threshold without the containment cue; last-token
+blocks for other types would be huge ("... party", "... trip") for nothing. Blocks
+larger than ``MAX_BLOCK`` are split by the first two characters.
 
 The canonical name of a cluster is its most specific form for Person/Organization
 (most tokens after title stripping), else its most mentioned form.
@@ -166,7 +169,7 @@ class _Forms:
         return self.score(a, b, w) <= threshold
 
 
-def _blocks(fs: _Forms) -> list[list[int]]:
+def _blocks(fs: _Forms, by_last_token: bool) -> list[list[int]]:
     keyed: dict[tuple, list[int]] = defaultdict(list)
     for i, cmp in enumerate(fs.cmp):
         if not cmp:
@@ -175,7 +178,8 @@ def _blocks(fs: _Forms) -> list[list[int]]:
             keyed[("owner", fs.owner[i])].append(i)
             continue
         keyed[("first", cmp[0])].append(i)
-        keyed[("last", fs.tokens[i][-1])].append(i)
+        if by_last_token:
+            keyed[("last", fs.tokens[i][-1])].append(i)
     out = []
     for members in keyed.values():
         if len(members) < 2:
@@ -245,7 +249,7 @@ def resolve_entities(
             vecs = np.stack([vec_of[_cmp_form(f.key)[1] or f.key] for f in flist]).astype(np.float32)
             fs = _Forms(flist, vecs)
             candidates: dict[tuple[int, int], float] = {}
-            for block in _blocks(fs):
+            for block in _blocks(fs, by_last_token=type_ in CONTAINMENT_TYPES):
                 idx = np.asarray(block)
                 jw = cdist([fs.cmp[i] for i in block], [fs.cmp[i] for i in block],
                            scorer=JaroWinkler.normalized_similarity, dtype=np.float32, workers=1)

@@ -121,7 +121,7 @@ def read_graph(conn: sqlite3.Connection, where: str) -> tuple[list[Entity], list
         meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM kg_meta")}
         if meta.get("format") != KG_FORMAT:
             raise StoreCorruptError(f"{where}: knowledge graph format {meta.get('format')!r}, expected {KG_FORMAT}; rebuild it")
-        entities = {eid: Entity(eid, name, type_, conf) for eid, name, type_, conf in
+        entities = {eid: Entity(eid, name, type_, confidence=conf) for eid, name, type_, conf in
                     conn.execute("SELECT id, name, type, confidence FROM kg_entities")}
         for eid, alias in conn.execute("SELECT entity_id, alias FROM kg_aliases ORDER BY rowid"):
             entities[eid].aliases.append(alias)

@@ -15,7 +15,8 @@ llama.cpp only ever runs in a child process.
 
 from memsys.llm.budget import Budget, BudgetState, UsageLog, UsageRecord, UsageTotals, cost_usd
 from memsys.llm.cache import CacheStats, ResponseCache, request_key
-from memsys.llm.client import LLMClient, LLMReply, open_llm, parse_json_reply, response_format_for
+from memsys.llm.client import LLMClient, LLMReply, open_llm
+from memsys.llm.structured import parse_json_reply, response_format_for
 
 __all__ = [
     "Budget",

@@ -41,6 +41,7 @@ from memsys.errors import (
 )
 from memsys.llm.budget import Budget, UsageLog, UsageRecord, cost_usd
 from memsys.llm.cache import ResponseCache, request_key
+from memsys.llm.structured import excerpt, parse_json_reply, response_format_for, to_llama_cpp_format
 from memsys.tokens import count_message_tokens, count_tokens
 
 log = logging.getLogger(__name__)
@@ -78,90 +79,6 @@ def is_loopback(base_url: str | None) -> bool:
     return host in _LOOPBACK_HOSTS or host.startswith("127.")
 
 
-def _first_line(text: Any, limit: int = 200) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def schema_problem(value: Any, schema: Mapping[str, Any], where: str = "$") -> str | None:
-    """First way ``value`` violates the common subset of JSON Schema, or None.
-
-    Covers what structured-output schemas use (type, required, properties,
-    additionalProperties: false, items, enum); jsonschema is not a dependency.
-    """
-    types = schema.get("type")
-    if types is not None:
-        allowed = [types] if isinstance(types, str) else list(types)
-        checks = {
-            "object": lambda v: isinstance(v, dict),
-            "array": lambda v: isinstance(v, list),
-            "string": lambda v: isinstance(v, str),
-            "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-            "boolean": lambda v: isinstance(v, bool),
-            "null": lambda v: v is None,
-        }
-        if not any(checks.get(t, lambda v: True)(value) for t in allowed):
-            return f"{where} is {type(value).__name__}, expected {'/'.join(allowed)}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{where}={_first_line(value, 40)!s} not in enum"
-    if isinstance(value, dict):
-        missing = [k for k in schema.get("required", []) if k not in value]
-        if missing:
-            return f"{where} lacks required key(s) {', '.join(missing)}"
-        props = schema.get("properties", {})
-        if schema.get("additionalProperties") is False:
-            extra = sorted(set(value) - set(props))
-            if extra:
-                return f"{where} has unexpected key(s) {', '.join(extra)}"
-        for key, sub in props.items():
-            if key in value and isinstance(sub, Mapping):
-                problem = schema_problem(value[key], sub, f"{where}.{key}")
-                if problem:
-                    return problem
-    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        for i, item in enumerate(value):
-            problem = schema_problem(item, schema["items"], f"{where}[{i}]")
-            if problem:
-                return problem
-    return None
-
-
-def parse_json_reply(text: str, schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Strictly parse a reply as a JSON object (and check it against ``schema``)."""
-    try:
-        value = json.loads(text)
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise LLMResponseFormatError(f"reply is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): {_first_line(text, 80)!r}") from exc
-    if not isinstance(value, dict):
-        raise LLMResponseFormatError(f"reply is JSON {type(value).__name__}, expected an object: {_first_line(text, 80)!r}")
-    if schema is not None:
-        problem = schema_problem(value, schema)
-        if problem:
-            raise LLMResponseFormatError(f"reply does not match the schema ({problem}): {_first_line(text, 80)!r}")
-    return value
-
-
-def response_format_for(json_schema: Mapping[str, Any] | None, json_mode: bool) -> dict[str, Any] | None:
-    """The OpenAI ``response_format`` for a schema (strict structured output) or plain JSON mode."""
-    if json_schema is not None:
-        name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(json_schema.get("title", "reply")))[:64]
-        return {"type": "json_schema", "json_schema": {"name": name or "reply", "schema": dict(json_schema), "strict": True}}
-    if json_mode:
-        return {"type": "json_object"}
-    return None
-
-
-def to_llama_cpp_format(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """llama-cpp-python's server (0.3.x) rejects ``type: json_schema`` (HTTP 500, "Input
-    should be 'text' or 'json_object'") and takes the schema as ``json_object`` +
-    ``schema``, which it compiles to a grammar. Measured: without a schema its JSON
-    mode still lets the model wander, with one the reply always parses."""
-    if response_format and response_format.get("type") == "json_schema":
-        return {"type": "json_object", "schema": response_format["json_schema"]["schema"]}
-    return dict(response_format) if response_format else None
-
-
 class LLMClient:
     """Chat completions with retries, typed errors, caching, budget and usage accounting."""
 
@@ -187,6 +104,8 @@ class LLMClient:
         self.usage = usage
         self.cache_tag = cache_tag
         self.base_url = base_url or cfg.base_url
+        if cfg.backend == "local" and not self.base_url:
+            raise ConfigError("backend=local needs the embedded server's base_url: use open_llm(cfg)")
         self._openai = openai
         self._client = openai.OpenAI(
             api_key=self._api_key(),
@@ -345,7 +264,7 @@ class LLMClient:
     def _typed(self, cls: type[MemsysError], what: str, exc: Exception, attempt: int) -> MemsysError:
         detail = getattr(exc, "message", None) or str(exc) or exc.__class__.__name__
         plural = "s" if attempt != 1 else ""
-        err = cls(f"{what} after {attempt} attempt{plural} at {self.endpoint} model={self.cfg.model}: {_first_line(detail)}")
+        err = cls(f"{what} after {attempt} attempt{plural} at {self.endpoint} model={self.cfg.model}: {excerpt(detail)}")
         err.attempts = attempt  # type: ignore[attr-defined]
         return err
 
@@ -357,7 +276,7 @@ class LLMClient:
             model = completion.model or self.cfg.model
         except (AttributeError, IndexError, TypeError) as exc:
             raise LLMResponseFormatError(
-                f"malformed chat completion from {self.endpoint}: {_first_line(completion, 80)!r}"
+                f"malformed chat completion from {self.endpoint}: {excerpt(completion, 80)!r}"
             ) from exc
         usage = getattr(completion, "usage", None)
         if usage is not None and usage.prompt_tokens is not None:

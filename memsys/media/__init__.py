@@ -38,10 +38,12 @@ Image encoders (``media.image_encoder``):
   open_clip. No PyPI package ships CLIP weights, so you provide them::
 
       pip install 'omni-memsys[clip]'          # open-clip-torch
-      # download a ViT-B-32 checkpoint (e.g. open_clip's 'openai' weights) to a file
-      memsys ... memory.ingest.media.image_encoder=clip \\
-                 memory.ingest.media.clip_model=ViT-B-32 \\
-                 memory.ingest.media.clip_checkpoint=/models/vit-b-32.pt
+      # download a ViT-B-32 checkpoint (e.g. open_clip's 'openai' weights) to a file, then
+      cfg = load_memory_config("omni", ["+memory.ingest.media.image_encoder=clip",
+                                        "+memory.ingest.media.clip_model=ViT-B-32",
+                                        "+memory.ingest.media.clip_checkpoint=/models/vit-b-32.pt"])
+      # ("+" because the YAML presets do not list media keys), or on a MemoryConfig:
+      cfg.ingest.media.image_encoder, cfg.ingest.media.clip_checkpoint = "clip", "/models/vit-b-32.pt"
 
   Missing open_clip raises ``MissingDependencyError``; a missing or unreadable
   checkpoint raises ``ModelError``. Nothing is downloaded. Any object with

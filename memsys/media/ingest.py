@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from memsys.errors import DuplicateIdError
+from memsys.errors import ConfigError, DuplicateIdError
 from memsys.media import MediaInputError
 from memsys.media.audio import encode_wav, find_speech_segments, load_audio, rms
 from memsys.media.encoders import ImageEncoder, make_image_encoder
@@ -117,9 +117,10 @@ class _MediaState:
     def __init__(self, memory: Any):
         cfg = memory.cfg.ingest.media
         if cfg.image_uncertain not in ("keep", "drop"):
-            from memsys.errors import ConfigError
-
             raise ConfigError(f"media.image_uncertain must be keep | drop, got {cfg.image_uncertain!r}")
+        if not 0.0 <= cfg.vision_accept_below <= cfg.vision_reject_above <= 1.0:
+            raise ConfigError(f"media.vision_accept_below ({cfg.vision_accept_below}) must be <= "
+                              f"media.vision_reject_above ({cfg.vision_reject_above}), both in [0, 1]")
         self.lock = threading.RLock()
         self.encoder: ImageEncoder | None = None
         self.image_gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, cfg.vision_window,
@@ -262,7 +263,7 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
             if mid in memory.store.positions:
                 raise DuplicateIdError(f"image {item.item}: MAU id {mid!r} already in the store")
             enc = st.encoder_for(memory, encoder)
-            vec = enc.encode_one(dec.image)
+            vec = np.asarray(enc.encode([dec.image])[0], np.float32)
             vision = st.image_gate.check(vec, commit=False)
             item.stats["vision_cosine"] = vision.score
             if not vision.accepted:

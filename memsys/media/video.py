@@ -155,7 +155,7 @@ def segment_scenes(data: bytes, name: str, encoder: ImageEncoder, gate: VisionNo
     for f in frames:
         sampled += 1
         last_t = f.time
-        d = gate.check(encoder.encode_one(f.image))
+        d = gate.check(np.asarray(encoder.encode([f.image])[0], np.float32))
         if d.accepted:
             if scenes:
                 scenes[-1].end = f.time

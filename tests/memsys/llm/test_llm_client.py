@@ -19,7 +19,7 @@ from memsys.errors import (
     LLMTimeoutError,
 )
 from memsys.llm import Budget, LLMClient, ResponseCache, UsageLog, open_llm
-from memsys.llm.client import to_llama_cpp_format
+from memsys.llm.structured import to_llama_cpp_format
 from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
 
 SCHEMA = {

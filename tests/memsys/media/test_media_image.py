@@ -286,11 +286,20 @@ def test_a_custom_encoder_can_be_passed(tmp_path):
     class Constant:
         name, dim, semantic = "constant", 4, False
 
-        def encode_one(self, image):
-            return np.array([1, 0, 0, 0], np.float32)
+        def encode(self, images):
+            return np.array([[1, 0, 0, 0]] * len(images), np.float32)
 
     mem = make_memory(tmp_path)
     report = MediaReport()
     ingest_image(mem, to_bytes(scene(1)), "one", encoder=Constant(), report=report)
     ingest_image(mem, to_bytes(scene(2)), "two", encoder=Constant(), report=report)
     assert [i.decision.verdict for i in report.items] == ["novel", "static"]
+
+
+def test_bad_gate_config_fails_loudly(tmp_path):
+    mem = make_memory(tmp_path, vision_accept_below=0.95, vision_reject_above=0.9)
+    with pytest.raises(ConfigError, match="vision_accept_below"):
+        ingest_image(mem, to_bytes(scene(1)), "x")
+    bad = make_memory(tmp_path / "b", image_uncertain="maybe")
+    with pytest.raises(ConfigError, match="image_uncertain"):
+        ingest_image(bad, to_bytes(scene(1)), "x")
