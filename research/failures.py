@@ -112,6 +112,16 @@ KIND_TO_CLASS: dict[str, FailureClass] = {
     "store_version": FailureClass.RUNTIME_ERROR,
     "store_readonly": FailureClass.RUNTIME_ERROR,
     "memsys": FailureClass.RUNTIME_ERROR,
+    "run_folder": FailureClass.INFRASTRUCTURE,
+    "media_input": FailureClass.RUNTIME_ERROR,
+    # the research loop's own errors
+    "edit_apply": FailureClass.FORMAT_MISMATCH,
+    "forbidden_edit": FailureClass.FORBIDDEN_EDIT,
+    "research": FailureClass.INFRASTRUCTURE,
+    "trajectory": FailureClass.INFRASTRUCTURE,
+    "workspace": FailureClass.INFRASTRUCTURE,
+    "run_state": FailureClass.INFRASTRUCTURE,
+    "evaluation": FailureClass.INFRASTRUCTURE,
 }
 #: per-kind overrides of the class policy
 _KIND_FIXES: dict[str, tuple[Severity, str]] = {

@@ -191,9 +191,9 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     # --- forbidden edit: refused before anything was written; the attempt is still a (empty) commit
     assert forb.hypothesis == FORBIDDEN["hypothesis"] and forb.edits[0]["path"] == SCORER
     assert forb.parent_commit == imp.commit and forb.diff == ""
-    assert git(repo, "show", f"{forb.commit}:{SCORER}") + "\n" == scorer_before
+    assert git(repo, "show", f"{forb.commit}:{SCORER}") == scorer_before.strip()
     assert (repo / SCORER).read_text(encoding="utf-8") == scorer_before
-    assert git(repo, "show", f"refs/autoresearch/{run_id}/best:{SCORER}") + "\n" == scorer_before
+    assert git(repo, "show", f"refs/autoresearch/{run_id}/best:{SCORER}") == scorer_before.strip()
 
     # --- hygiene
     assert_clean(repo, run_dir)
