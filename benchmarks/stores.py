@@ -101,24 +101,11 @@ def build_or_open_store(bench: Benchmark, conv: Conversation, cfg: MemoryConfig,
                     raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    mem = Memory.open(final, cfg, read_only=True)
-    if cfg.graph.enabled:
-        _attach_graph(mem)
-    return mem, built
+    return Memory.open(final, cfg, read_only=True), built  # loads the saved graph when enabled
 
 
 def _build_graph(mem: Memory, cfg: MemoryConfig, llm: Any) -> None:
-    try:
-        from memsys.graph.build import build_graph
-    except ImportError:  # graph module not available in this checkout
-        log.warning("graph.enabled but memsys.graph is unavailable; continuing without a graph")
-        return
+    from memsys.graph.build import build_graph
+
     build_graph(mem, extractor=cfg.graph.extractor, llm=llm)
 
-
-def _attach_graph(mem: Memory) -> None:
-    try:
-        from memsys.graph.kg import KnowledgeGraph
-    except ImportError:
-        return
-    mem.attach_graph(KnowledgeGraph.load(mem.store, mem.embedder, mem.cfg.graph))

@@ -89,7 +89,14 @@ class Memory:
             raise ConfigError(
                 f"store {store.path} was built with embedder {store.manifest['embedder']['name']!r}, config uses {emb.name!r}"
             )
-        return cls(store, cfg, emb)
+        mem = cls(store, cfg, emb)
+        if cfg.graph.enabled:
+            from memsys.graph.kg import KnowledgeGraph
+
+            graph = KnowledgeGraph.load(store, cfg.graph)
+            if graph is not None:
+                mem.attach_graph(graph)
+        return mem
 
     def save(self) -> None:
         self.store.save()

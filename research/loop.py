@@ -534,7 +534,18 @@ class ResearchLoop:
             files[p] = text
             used += n
         return ResearchContext(self.setup.eval.objective, st.best_value or 0.0, self.records, st.mode,
-                               st.current_hypothesis, self._failed_questions(), files, knobs, self.preset)
+                               st.current_hypothesis, self._failed_questions(), files, knobs, self.preset,
+                               self._diagnosis())
+
+    def _diagnosis(self) -> str:
+        """Where the last evaluated experiment differed from the best (when it did not win)."""
+        from research.diagnosis import diagnose, read_rows
+
+        last = next((r for r in reversed(self.records) if r.eval_run_id and r.index > 0), None)
+        if last is None or last.decision == "proceed":
+            return ""
+        new_dir = self.run_dir / "evals" / last.experiment_id / last.eval_run_id
+        return diagnose(read_rows(self.state.best_eval_dir), read_rows(new_dir)).render()
 
     def _failed_questions(self) -> list[dict[str, Any]]:
         st = self.state

@@ -34,6 +34,7 @@ class ResearchContext:
     files: dict[str, str]  # path -> content (selected within the context budget)
     knobs: str  # current memory config as YAML
     preset: str  # configs/memory/<preset>.yaml is where config overrides land
+    diagnosis: str = ""  # per-category deltas and flipped questions of the last evaluation
 
 
 class Proposer(ABC):

@@ -99,7 +99,7 @@ class LLMProposer(Proposer):
         files = "\n\n".join(f"--- {p} ---\n{c}" for p, c in ctx.files.items()) or "(none)"
         user = _template("researcher_step.txt").substitute(
             objective=ctx.objective, best=f"{ctx.best_value:.4f}", history=history_lines(ctx.history),
-            mode_instructions=mode, preset=ctx.preset, knobs=ctx.knobs, failures=failures, files=files,
+            mode_instructions=mode, diagnosis=ctx.diagnosis or "(none yet)", preset=ctx.preset, knobs=ctx.knobs, failures=failures, files=files,
         )
         return self._ask(user)
 
