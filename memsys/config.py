@@ -196,7 +196,10 @@ def validate(schema: type, node: Any, where: str = "config") -> Any:
         merged = OmegaConf.merge(base, node)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"invalid {where}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
+        # the first line of a type error does not say which key: name it from full_key
+        key = getattr(exc, "full_key", None)
+        at = f" at '{key}'" if key else ""
+        raise ConfigError(f"invalid {where}{at}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> DictConfig:

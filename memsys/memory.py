@@ -196,6 +196,12 @@ class Memory:
         self._graph = graph
         self._retriever = None
 
+    def build_graph(self, *, extractor: str | None = None, llm: Any = None, progress: bool = False) -> Any:
+        """Extract entities/relations for MAUs not yet processed (incremental), resolve, save, attach."""
+        from memsys.graph.build import build_graph
+
+        return build_graph(self, extractor=extractor or self.cfg.graph.extractor, llm=llm, progress=progress)
+
     @property
     def retriever(self) -> Retriever:
         r = self._retriever

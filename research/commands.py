@@ -6,8 +6,10 @@ import argparse
 from datetime import datetime
 from typing import Any
 
+# small enough for the embedded 1.5B model's 4k context and for < 15 min on 2 cores
 QUICKSTART = ["sample=tiny", "memory=naive", "research.proposer=llm", "research.budget.experiments=3",
-              "research.loop.smoke_sample=null", "workers=2"]
+              "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900",
+              "research.loop.failed_questions_shown=3", "workers=2"]
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

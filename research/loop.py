@@ -346,6 +346,9 @@ class ResearchLoop:
         finally:
             self.ws.remove(wt.path)
         rec.durations["total_s"] = time.perf_counter() - t_start
+        # loop overhead: worktree, apply, commit, bookkeeping (everything but LLM and evaluation)
+        rec.durations["overhead_s"] = max(0.0, rec.durations["total_s"] - rec.durations.get("propose_s", 0.0)
+                                          - rec.durations.get("eval_s", 0.0))
         if outcome is None or not outcome.ok:
             proposer.observe(prop, None)
             rec.decision = "failed"

@@ -9,6 +9,7 @@
     python -m benchmarks.perf.bench_eval quality
     python -m benchmarks.perf.bench_eval e2e --sample small --workers 1 2 4
     python -m benchmarks.perf.bench_eval warm --sample small
+    python -m benchmarks.perf.bench_eval format --sample small    (Memory.ask, response_format on vs off)
 """
 
 from __future__ import annotations
@@ -95,9 +96,29 @@ def warm(out: dict, sample: str, preset: str) -> None:
     print(json.dumps(out["warm"]), flush=True)
 
 
+def response_format(out: dict, sample: str, preset: str) -> None:
+    """Memory.ask through the harness on the same questions with JSON output on vs off."""
+    from memsys.config import LLMConfig, validate
+    from memsys.llm.client import open_llm
+
+    rows = []
+    cfg = validate(LLMConfig, {"backend": "local"})
+    with open_llm(cfg) as llm:
+        for on in (True, False):
+            r = _eval(["benchmark=locomo", "split=dev", f"sample={sample}", f"memory={preset}", "reader=llm",
+                       f"memory.answer.response_format={'true' if on else 'false'}", "workers=2", "mlflow=false",
+                       "resume=false", f"run_id=bench-format-{sample}-{preset}-{'on' if on else 'off'}"], llm=llm)
+            m = r.metrics
+            rows.append({"response_format": on, "questions": r.n_questions, "f1_cat1_4": m.get("f1_cat1_4"),
+                         "f1_cat5": m.get("f1_cat5"), "all_honest": m.get("all_honest"),
+                         "answer_words_mean": m.get("answer_words_mean"), "reader_errors": r.n_errors})
+            print(json.dumps(rows[-1]), flush=True)
+    out["response_format"] = {"sample": sample, "preset": preset, "rows": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("parts", nargs="+", choices=["quality", "e2e", "warm"])
+    ap.add_argument("parts", nargs="+", choices=["quality", "e2e", "warm", "format"])
     ap.add_argument("--sample", default="small")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--preset", default="omni")
@@ -111,6 +132,8 @@ def main() -> None:
         quality(out)
     if "e2e" in a.parts:
         e2e(out, a.sample, a.workers, a.preset)
+    if "format" in a.parts:
+        response_format(out, a.sample, a.preset)
     if "warm" in a.parts:
         warm(out, a.sample, a.preset)
     path.parent.mkdir(parents=True, exist_ok=True)

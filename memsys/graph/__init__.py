@@ -6,9 +6,10 @@
     mau_scores, facts = kg.augment("When did Caroline go to the support group?")
 
 Modules: ``schema`` (records, types, name normalization), ``extract_rules`` (offline
-rules; word lists in ``lexicon``), ``extract_llm`` (one JSON-schema call per MAU),
-``resolve`` (hybrid cosine + Jaro-Winkler entity resolution), ``kg`` (graph, seeds,
-BFS scoring, facts), ``tables`` (SQLite persistence), ``build`` (incremental build).
+rules; word lists in ``lexicon``, sentences/tokens/dates in ``text``), ``extract_llm``
+(one JSON-schema call per MAU, prompt in ``prompts/extract.txt``), ``resolve`` (hybrid
+cosine + Jaro-Winkler entity resolution), ``kg`` (graph, seeds, BFS scoring, facts),
+``tables`` (SQLite persistence in the store's hot tier), ``build`` (incremental build).
 """
 
 from memsys.graph.build import BuildReport, build_graph, make_extractor

@@ -59,29 +59,15 @@ Relations (only the 12 released types; the mapping of what was said to a type)
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from memsys.graph import lexicon as L
 from memsys.graph.schema import ExtractedEntity, ExtractedRelation, Extraction, normalize_name, time_label
+from memsys.graph.text import Tok, find_dates, split_sentences, tokenize
 from memsys.records import MAU
 
-_TOKEN = re.compile(r"\w+(?:['\u2019-]\w+)*", re.UNICODE)
-_SENTENCE_END = re.compile(r"[.!?\u2026]+[\"'\u201d\u2019)\]]*(?=\s|$)|\n+")
-_MONTH_RE = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
-             r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
-_YEAR_RE = r"(?:19|20)\d{2}"
-_DATE = re.compile(
-    rf"\b(?:(?P<d1>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?(?P<m1>{_MONTH_RE})\b\.?(?:,?\s+(?P<y1>{_YEAR_RE}))?"
-    rf"|(?P<m2>{_MONTH_RE})\.?\s+(?P<d2>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<y2>{_YEAR_RE}))?"
-    rf"|(?P<m3>{_MONTH_RE})\.?,?\s+(?P<y3>{_YEAR_RE})"
-    rf"|(?:in|since|by|until|of)\s+(?P<y4>{_YEAR_RE}))\b",
-    re.IGNORECASE,
-)
-_MONTH_NAMES = ["january", "february", "march", "april", "may", "june", "july", "august",
-                "september", "october", "november", "december"]
 _DETERMINERS = frozenset({"a", "an", "the", "my", "our", "his", "her", "their", "your", "this", "that",
                           "next", "last", "another", "every", "first", "some", "its"})
 _MAX_SPAN = 6
@@ -97,24 +83,6 @@ C_ATTEND_VERB, C_ATTEND_FIRST_PERSON, C_COOCCUR = 0.7, 0.5, 0.3
 C_LOCATED, C_RESIDENCE, C_MEMBER, C_EVENT_TIME, C_APPOSITIVE = 0.6, 0.7, 0.6, 0.6, 0.6
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
-    text: str
-    lower: str
-    start: int
-    end: int
-    cap: bool
-    gap: str  # text between the previous token (of the sentence) and this one
-
-    @property
-    def possessive(self) -> bool:
-        return self.lower.endswith(("'s", "\u2019s"))
-
-    @property
-    def stem(self) -> str:  # "Caroline's" -> "Caroline"
-        return self.text[:-2] if self.possessive else self.text
-
-
 @dataclass(slots=True)
 class _Found:
     name: str
@@ -123,30 +91,6 @@ class _Found:
     start: int  # token index in the sentence (for position-based rules)
     end: int
     cue: str = ""
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a chat turn; a period after Dr/Mr/St... does not end one."""
-    out, begin = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        before = text[begin:m.start()].split()
-        if m.group(0).startswith(".") and len(m.group(0)) == 1 and before and before[-1].lower().strip("(") in L.ABBREVIATIONS:
-            continue
-        out.append(text[begin:m.end()])
-        begin = m.end()
-    if text[begin:].strip():
-        out.append(text[begin:])
-    return [s for s in (x.strip() for x in out) if s]
-
-
-def tokenize(sentence: str) -> list[_Tok]:
-    toks, prev_end = [], 0
-    for m in _TOKEN.finditer(sentence):
-        text = m.group(0)
-        toks.append(_Tok(text, text.lower().replace("\u2019", "'"), m.start(), m.end(),
-                         text[0].isupper(), sentence[prev_end:m.start()]))
-        prev_end = m.end()
-    return toks
 
 
 class RuleExtractor:
@@ -224,7 +168,7 @@ class RuleExtractor:
         out.finish()
         return Extraction(mau.id, out.entities(), out.relations)
 
-    def _sentence(self, sentence: str, toks: list[_Tok], speaker: str | None, year: int | None, out: "_MauBuilder") -> None:
+    def _sentence(self, sentence: str, toks: list[Tok], speaker: str | None, year: int | None, out: "_MauBuilder") -> None:
         lowers = [t.lower for t in toks]
         first_person = any(w in L.FIRST_PERSON for w in lowers)
         dates = self._dates(sentence, toks, year)
@@ -268,10 +212,10 @@ class RuleExtractor:
             self._noun_phrases(toks, speaker, found, out)
 
     # ---- E2/E3: capitalized spans
-    def _cap_spans(self, toks: list[_Tok]) -> list[tuple[int, int]]:
+    def _cap_spans(self, toks: list[Tok]) -> list[tuple[int, int]]:
         """Token ranges [i, j) of capitalized runs; connectors only between capitalized words."""
 
-        def name_word(t: _Tok) -> bool:
+        def name_word(t: Tok) -> bool:
             return t.cap and t.lower not in L.CAP_STOP and not t.lower.isdigit()
 
         spans, i = [], 0
@@ -296,7 +240,7 @@ class RuleExtractor:
             i = j
         return spans
 
-    def _classify(self, toks: list[_Tok], i: int, j: int) -> _Found | None:
+    def _classify(self, toks: list[Tok], i: int, j: int) -> _Found | None:
         span = toks[i:j]
         words = [t.lower for t in span[:-1]] + [span[-1].stem.lower()]
         name = " ".join(t.text for t in span[:-1]) + (" " if len(span) > 1 else "") + span[-1].stem
@@ -350,30 +294,11 @@ class RuleExtractor:
         return found(name, "Concept", C_CONCEPT * scale)
 
     # ---- E5: written dates
-    def _dates(self, sentence: str, toks: list[_Tok], year: int | None) -> list[_Found]:
-        out = []
-        for m in _DATE.finditer(sentence):
-            mon = m["m1"] or m["m2"] or m["m3"]
-            day = m["d1"] or m["d2"]
-            yr = m["y1"] or m["y2"] or m["y3"] or m["y4"]
-            if mon and m.group(0)[0].isalpha() and m.group(0)[:3].lower() == "may" and not m.group(0)[0].isupper():
-                continue  # lowercase "may 2 ..." is the verb
-            month = next((n.capitalize() for n in _MONTH_NAMES if mon and n.startswith(mon.lower()[:3])), None)
-            if month and day and 1 <= int(day) <= 31:
-                name = f"{int(day)} {month} {yr or year}" if (yr or year) else f"{int(day)} {month}"
-            elif month and yr:
-                name = f"{month} {yr}"
-            elif yr:
-                name = yr
-            else:
-                continue
-            first = next((k for k, t in enumerate(toks) if t.end > m.start()), 0)
-            last = next((k for k, t in enumerate(toks) if t.start >= m.end()), len(toks))
-            out.append(_Found(name, "Time", C_DATE, first, last))
-        return out
+    def _dates(self, sentence: str, toks: list[Tok], year: int | None) -> list[_Found]:
+        return [_Found(name, "Time", C_DATE, i, j) for name, i, j in find_dates(sentence, toks, year)]
 
     # ---- E4: event phrases
-    def _events(self, toks: list[_Tok], covered: set[int], speaker: str | None) -> list[_Found]:
+    def _events(self, toks: list[Tok], covered: set[int], speaker: str | None) -> list[_Found]:
         out = []
         k = 0
         while k < len(toks):
@@ -382,7 +307,7 @@ class RuleExtractor:
             if not size or k in covered:
                 k += 1
                 continue
-            mods: list[_Tok] = []
+            mods: list[Tok] = []
             b = k - 1
             while b >= 0 and len(mods) < 3 and toks[b + 1].gap.strip() == "":
                 w = toks[b].lower
@@ -410,7 +335,7 @@ class RuleExtractor:
         return out
 
     # ---- E6/E7: noun phrases owned or created by someone
-    def _noun_phrases(self, toks: list[_Tok], speaker: str, found: list[_Found], out: "_MauBuilder") -> None:
+    def _noun_phrases(self, toks: list[Tok], speaker: str, found: list[_Found], out: "_MauBuilder") -> None:
         names_at = {f.start: f for f in found}
         for k, t in enumerate(toks):
             owner, conf = None, C_MY
@@ -456,7 +381,7 @@ class RuleExtractor:
                 out.relation(label, appositive.name, "related_to", C_APPOSITIVE)
 
     @staticmethod
-    def _noun_phrase(toks: list[_Tok], k: int, skip_determiner: bool) -> tuple[list[str], int] | None:
+    def _noun_phrase(toks: list[Tok], k: int, skip_determiner: bool) -> tuple[list[str], int] | None:
         if skip_determiner and k < len(toks) and toks[k].lower in _DETERMINERS and toks[k].gap.strip() == "":
             k += 1
         while k < len(toks) and toks[k].lower in L.SKIP_ADJECTIVES and toks[k].gap.strip() == "":

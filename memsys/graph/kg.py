@@ -111,11 +111,23 @@ class KnowledgeGraph:
         for i, r in enumerate(self.relations):
             self.graph.add_edge(r.src, r.dst, key=i, type=r.type, confidence=r.confidence, mau_id=r.mau_id)
         self._undirected = nx.Graph(self.graph.to_undirected(as_view=True))  # reachability only
+        # facts are rendered per (src, type, dst): group the per-MAU relations once
+        group_of: dict[tuple[str, str, str], int] = {}
+        self._groups: list[tuple[str, str, str, float, list[str | None]]] = []
         self._touching: dict[str, list[int]] = defaultdict(list)
-        for i, r in enumerate(self.relations):
-            self._touching[r.src].append(i)
-            if r.dst != r.src:
-                self._touching[r.dst].append(i)
+        for r in self.relations:
+            key = (r.src, r.type, r.dst)
+            gi = group_of.get(key)
+            if gi is None:
+                gi = group_of[key] = len(self._groups)
+                self._groups.append((r.src, r.type, r.dst, r.confidence, [r.mau_id]))
+                self._touching[r.src].append(gi)
+                self._touching[r.dst].append(gi)
+            else:
+                src, type_, dst, conf, maus = self._groups[gi]
+                maus.append(r.mau_id)
+                if r.confidence > conf:
+                    self._groups[gi] = (src, type_, dst, r.confidence, maus)
         self._spec = {eid: 1.0 / (1.0 + math.log(max(1, len(e.mau_ids)))) for eid, e in self.entities.items()}
         self._alias: dict[str, list[str]] = defaultdict(list)
         self._partial: dict[str, list[str]] = defaultdict(list)
@@ -265,22 +277,16 @@ class KnowledgeGraph:
     def facts(self, reached: Mapping[str, tuple[int, float]]) -> list[str]:
         """Relations touching reached entities by conf(rel) * (s(src) + s(dst)) / 2."""
         s_of = self._strength(reached)
-        groups: dict[tuple[str, str, str], list[Any]] = {}
+        scored: dict[int, float] = {}
         for v in s_of:
-            for i in self._touching.get(v, ()):
-                rel = self.relations[i]
-                key = (rel.src, rel.type, rel.dst)
-                score = rel.confidence * (s_of.get(rel.src, 0.0) + s_of.get(rel.dst, 0.0)) / 2
-                g = groups.get(key)
-                if g is None:
-                    groups[key] = [score, {rel.mau_id: None}]
-                else:
-                    g[0] = max(g[0], score)
-                    g[1][rel.mau_id] = None
-        top = heapq.nsmallest(self.cfg.max_facts, groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
-        return [self._render(src, type_, dst, list(maus)) for (src, type_, dst), (_, maus) in top]
+            for gi in self._touching.get(v, ()):
+                if gi not in scored:
+                    src, _, dst, conf, _ = self._groups[gi]
+                    scored[gi] = conf * (s_of.get(src, 0.0) + s_of.get(dst, 0.0)) / 2
+        top = heapq.nsmallest(self.cfg.max_facts, scored, key=lambda gi: (-scored[gi], gi))
+        return [self._render(*self._groups[gi][:3], self._groups[gi][4]) for gi in top]
 
-    def _render(self, src: str, type_: str, dst: str, mau_ids: list[str | None]) -> str:
+    def _render(self, src: str, type_: str, dst: str, mau_ids: Sequence[str | None]) -> str:
         line = f"{self.entities[src].name} --{type_}--> {self.entities[dst].name}"
         dates = list(dict.fromkeys(d for m in mau_ids if m and (d := self.mau_dates.get(m))))
         if dates:

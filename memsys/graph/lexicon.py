@@ -165,7 +165,8 @@ come comes gave give gives give feel feels felt think thinks thought know knows 
 want wants wanted need needs needed keep keeps kept help helps helped let lets put try tries tried
 started start starts finally recently always now today yesterday tomorrow tonight ago since
 because while though although until after before during here there been being doing done
-sure other
+sure other one two three four five six seven eight nine ten few several something anything everything
+nothing someone anyone everyone ago years months weeks days
 """.split())
 #: "I <verb> a <thing>": the thing is an Object created by the speaker
 CREATE_VERBS = frozenset({

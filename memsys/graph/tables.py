@@ -108,8 +108,8 @@ def write_graph(conn: sqlite3.Connection, lock: Any, entities: Sequence[Entity],
                       [(r.src, r.dst, r.type, float(r.confidence), r.mau_id) for r in relations])
         c.executemany("INSERT OR IGNORE INTO kg_mentions VALUES (?, ?, ?)",
                       [(e.id, m, i) for e in entities for i, m in enumerate(e.mau_ids)])
-        full = {"format": KG_FORMAT, "saved": datetime.now(timezone.utc).isoformat(),
-                "entities": len(entities), "relations": len(relations), **meta}
+        full = {**meta, "format": KG_FORMAT, "saved": datetime.now(timezone.utc).isoformat(),
+                "entities": len(entities), "relations": len(relations)}
         c.executemany("INSERT INTO kg_meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in full.items()])
 
 

@@ -10,7 +10,8 @@ import pytest
 from memsys.config import LLMConfig
 from memsys.errors import LLMResponseFormatError
 from memsys.graph.extract_llm import EXTRACTION_SCHEMA, LLMExtractor, parse_extraction
-from memsys.graph.extract_rules import RuleExtractor, split_sentences
+from memsys.graph.extract_rules import RuleExtractor
+from memsys.graph.text import split_sentences
 from memsys.graph.schema import ENTITY_TYPES, RELATION_TYPES, Extraction, normalize_name
 from memsys.llm import LLMClient
 from memsys.records import MAU
