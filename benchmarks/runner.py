@@ -90,6 +90,13 @@ def aggregate(bench_name: str, rows: list[dict[str, Any]], with_reader: bool) ->
     records = [RetrievalRecord(r["question_id"], r["category"], tuple(r["retrieved_ids"]),
                                tuple(r["evidence"]), int(r["context_tokens"])) for r in rows]
     metrics: dict[str, Any] = dict(aggregate_retrieval(records))
+    # evidence the reader actually sees (the whole context, whatever its length): the figure that
+    # compares systems with different context sizes, e.g. full-context vs retrieval
+    with_ev = [r for r in rows if r["evidence"]]
+    if with_ev:
+        metrics["context_recall"] = sum(
+            len(set(r["evidence"]) & set(r.get("context_ids", r["retrieved_ids"]))) / len(set(r["evidence"]))
+            for r in with_ev) / len(with_ev)
     if with_reader:
         if bench_name == "locomo":
             metrics.update(aggregate_locomo([(r["category"], r["scores"]["f1"]) for r in rows]))
@@ -226,6 +233,7 @@ def _answer_one(setup: EvalSetup, bench: Benchmark, q: Question, mem: Any, syste
     }
     if system is not None:  # full-context baseline
         rec["retrieved_ids"], rec["context_tokens"] = system.ids, system.tokens
+        rec["context_ids"] = system.ids
         context = None
     else:
         r = mem.retrieve(q.question)

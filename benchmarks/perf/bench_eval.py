@@ -44,7 +44,7 @@ def quality(out: dict) -> None:
             name = "full_context" if system == "full_context" else preset
             rows.append({"benchmark": bench, "system": name, "n": m.get("n"),
                          **{f"recall_at_{k}": round(m.get(f"recall_at_{k}", 0.0), 4) for k in (5, 10, 20)},
-                         "mrr": round(m.get("mrr", 0.0), 4), "context_tokens": round(m.get("context_tokens", 0.0), 1),
+                         "mrr": round(m.get("mrr", 0.0), 4), "context_recall": round(m.get("context_recall", 0.0), 4), "context_tokens": round(m.get("context_tokens", 0.0), 1),
                          "wall_s": round(time.perf_counter() - t0, 1)})
             print(json.dumps(rows[-1]), flush=True)
     out["quality"] = rows
