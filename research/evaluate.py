@@ -82,7 +82,7 @@ def build_spec(req: EvalRequest) -> SandboxSpec:
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "MPLBACKEND": "Agg",
-        **({"MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"]} if "MLFLOW_TRACKING_URI" in os.environ else {}),
+        **{k: os.environ[k] for k in ("MEMSYS_MODELS_DIR",) if k in os.environ},
         **req.extra_env,
     }
     readonly = [wt / p for p in READONLY_IN_WORKTREE if (wt / p).exists()]

@@ -183,7 +183,7 @@ class ResearchLoop:
         if cfg.backend == "local":
             # evaluations reuse the loop's local server through the same OpenAI protocol
             # "++": configs/llm/local.yaml has no base_url key, and a plain override cannot add one
-            self.llm_overrides = ["llm.backend=openai", f"++llm.base_url={base_url}", f"llm.model={cfg.model}"]
+            self.llm_overrides = [f"++llm.base_url={base_url}"]
         else:
             self.llm_overrides = [f"++llm.base_url={base_url}"] if cfg.base_url else []
 
@@ -361,7 +361,8 @@ class ResearchLoop:
         ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
         d = D.decide(ds, value, min_rel_improvement=lc.min_rel_improvement, noise_floor=st.noise_floor,
                      max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
-        rec.decision, rec.delta, rec.delta_rel, rec.notes = d.kind, d.delta, d.delta_rel, d.reason
+        rec.decision, rec.delta, rec.delta_rel = d.kind, d.delta, d.delta_rel
+        rec.notes = f"{rec.notes}; {d.reason}" if rec.notes else d.reason  # keep a no-effect note
         ns = D.apply_decision(ds, d, value)
         st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots = (
             ns.consecutive_degradations, ns.iterations_on_hypothesis, ns.pivots)

@@ -331,7 +331,17 @@ def open_llm(
     elif isinstance(cache, str):
         raise ConfigError(f"open_llm cache must be a ResponseCache, None or 'default', got {cache!r}")
     try:
-        if cfg.backend == "local":
+        if cfg.backend == "local" and cfg.base_url:
+            # attach to an embedded server another process started (the research loop hands
+            # its server to each sandboxed evaluation); same request format, same cache keys
+            from memsys.llm.local import model_identity
+            from memsys.llm.model_files import ensure_model_file
+
+            tag = model_identity(ensure_model_file(cfg.local))
+            with LLMClient(cfg, cache=cache, budget=budget, usage=usage, base_url=cfg.base_url,
+                           cache_tag=tag) as client:
+                yield client
+        elif cfg.backend == "local":
             from memsys.llm.local import shared_server
 
             with shared_server(cfg.local, alias=cfg.model) as endpoint:

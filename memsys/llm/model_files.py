@@ -75,7 +75,11 @@ MODEL_SPECS: dict[str, ModelSpec] = {
 
 
 def models_dir() -> Path:
-    return cache_dir() / "models"
+    """``$MEMSYS_MODELS_DIR`` or ``cache_dir()/models``. A separate override because the
+    1 GB verified model files are worth sharing where other caches are isolated
+    (a test session's temp cache, a sandbox)."""
+    override = os.environ.get("MEMSYS_MODELS_DIR")
+    return Path(override).resolve() if override else cache_dir() / "models"
 
 
 def spec_for(model_size: str) -> ModelSpec:

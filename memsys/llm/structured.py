@@ -92,10 +92,12 @@ def response_format_for(json_schema: Mapping[str, Any] | None, json_mode: bool) 
 
 
 def to_llama_cpp_format(response_format: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """llama-cpp-python's server (0.3.x) rejects ``type: json_schema`` (HTTP 500, "Input
+    """The llama-cpp-python server form of a ``response_format``.
+
+    Its server (0.3.36, measured) rejects ``type: json_schema`` with HTTP 500 ("Input
     should be 'text' or 'json_object'") and takes the schema as ``json_object`` +
-    ``schema``, which it compiles to a grammar. Measured: without a schema its JSON
-    mode still lets the model wander, with one the reply always parses."""
+    ``schema``, which it compiles to a grammar, so the reply is valid by construction.
+    """
     if response_format and response_format.get("type") == "json_schema":
         return {"type": "json_object", "schema": response_format["json_schema"]["schema"]}
     return dict(response_format) if response_format else None

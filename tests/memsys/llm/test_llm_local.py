@@ -120,9 +120,15 @@ def test_server_that_cannot_load_the_model_fails_with_its_log(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.llm
-def test_real_local_model_chat_and_json_schema(tmp_path):
-    """Starts the packaged Qwen2.5-Coder-1.5B server (model file reused from cache_dir())."""
+def test_real_local_model_chat_and_json_schema(monkeypatch):
+    """Starts the packaged Qwen2.5-Coder-1.5B server.
+
+    The verified model file is shared with normal runs (runs/cache/models) instead of
+    being re-assembled (1.1 GB) into each session's isolated cache."""
     from memsys.llm import UsageLog, open_llm
+    from memsys.paths import REPO_ROOT
+
+    monkeypatch.setenv("MEMSYS_MODELS_DIR", str(REPO_ROOT / "runs" / "cache" / "models"))
 
     cfg = LLMConfig(backend="local", max_tokens=48, timeout_s=120)
     usage = UsageLog()
