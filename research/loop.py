@@ -308,6 +308,20 @@ class ResearchLoop:
             rec.decision = "failed"
             self._count_failure(rec)
             return self._finish(rec)
+        dup = self._already_tried(prop)
+        if dup is not None and proposer.name == "llm":
+            # small models repeat themselves: say so once, with what was tried
+            try:
+                again = proposer.repair(ctx, prop, f"this exact change was already tried from the current best "
+                                        f"commit ({dup}) and did not improve {self.setup.eval.objective}; propose a "
+                                        "different change (other keys, other values, or a code edit)", "")
+            except MemsysError:
+                again = None
+            if again is not None:
+                rec.healing.append({"attempt": 0, "action": "duplicate_proposal", "reason": f"repeats {dup}",
+                                    "result": "re-asked"})
+                again.tokens += prop.tokens
+                prop = again
         t_prop = time.perf_counter()
         rec.durations["propose_s"] = t_prop - t_start
         self._take_proposal(rec, prop)
@@ -376,6 +390,16 @@ class ResearchLoop:
         else:
             st.mode, st.current_hypothesis = "iterate", prop.hypothesis
         self._finish(rec)
+
+    def _already_tried(self, prop: Proposal) -> str | None:
+        """The experiment id that applied exactly these changes to the current best commit, if any."""
+        sig = (tuple(sorted(prop.config_overrides)), tuple((e.path, e.search, e.replace) for e in prop.edits))
+        for r in self.records:
+            if r.index > 0 and r.parent_commit == self.state.best_commit:
+                rsig = (tuple(sorted(r.config_overrides)), tuple((e["path"], e["search"], e["replace"]) for e in r.edits))
+                if rsig == sig:
+                    return r.experiment_id
+        return None
 
     def _take_proposal(self, rec: ExperimentRecord, prop: Proposal) -> None:
         rec.hypothesis, rec.discovery_type, rec.expected_effect = prop.hypothesis, prop.discovery_type, prop.expected_effect

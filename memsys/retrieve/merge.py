@@ -37,13 +37,19 @@ def _index(dense: Sequence[Hit], sparse: Sequence[Hit]) -> dict[int, Candidate]:
 
 
 def merge_set_union(dense: Sequence[Hit], sparse: Sequence[Hit], k: int, **_: float) -> list[Candidate]:
-    """R(q) = D(q) followed by K(q) \\ D(q), cut to k."""
+    """R(q) = D(q) followed by K(q) \\ D(q).
+
+    ``k`` cuts the dense list D(q) (the paper's top-k), never the union: cutting the union
+    at k would drop every BM25-only hit whenever FAISS returns k results, i.e. always,
+    and set-union would silently become dense-only. K(q) is already cut at sparse_k.
+    """
+    dense = list(dense)[:k]
     cands = _index(dense, sparse)
     order = [pos for pos, _ in dense]
     seen = set(order)
     order += [pos for pos, _ in sparse if pos not in seen]
     out = []
-    for rank, pos in enumerate(order[:k]):
+    for rank, pos in enumerate(order):
         c = cands[pos]
         c.fused_score = c.dense_score if c.dense_score is not None else 0.0
         out.append(c)

@@ -15,6 +15,7 @@ import numpy as np
 
 from memsys.config import MemoryConfig
 from memsys.embed import Embedder
+from memsys.index.sparse import make_sparse_index
 from memsys.records import MAU, Modality, Status
 from memsys.retrieve.context import Context, MediaPart
 from memsys.retrieve.merge import MERGERS, needs
@@ -54,10 +55,8 @@ class Retriever:
             from memsys.errors import ConfigError
 
             raise ConfigError(f"unknown merge strategy '{rc.merge}' ({' | '.join(MERGERS)})")
-        store.use_sparse_backend(rc.sparse_backend)
-        if rc.sparse_fields != store.sparse_fields:
-            store.sparse_fields = rc.sparse_fields
-            store._sparse_stale = True
+        # the store is shared (threads, other retrievers): ask it for our index, never reconfigure it
+        make_sparse_index(rc.sparse_backend)  # an unknown backend fails here, not at the first query
 
     # ------------------------------------------------------------------ search
     def search(self, query: str, query_vec: np.ndarray | None = None,
@@ -75,7 +74,9 @@ class Retriever:
         over = 1 if active is None or active.all() else 3  # over-fetch when some MAUs are archived
         dense = self.store.dense.search(query_vec, rc.dense_k * over) if want_dense else []
         t2 = time.perf_counter()
-        sparse = self.store.sparse().search(query, rc.sparse_k * over) if want_sparse else []
+        sparse = []
+        if want_sparse:
+            sparse = self.store.sparse(rc.sparse_backend, rc.sparse_fields).search(query, rc.sparse_k * over)
         t3 = time.perf_counter()
         if active is not None:
             dense = [h for h in dense if active[h[0]]][: rc.dense_k]

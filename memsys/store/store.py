@@ -129,8 +129,7 @@ class MemoryStore:
         self._emb_chunks: list[np.ndarray] = []
         self._emb: np.ndarray = np.zeros((0, self.dim), np.float32)
         self.dense = DenseIndex(self.dim)
-        self._sparse: SparseIndex | None = None
-        self._sparse_stale = True
+        self._sparse: dict[tuple[str, str], SparseIndex] = {}  # (backend, fields) -> index
 
     # ----------------------------------------------------------------- create/open
     @classmethod
@@ -272,7 +271,7 @@ class MemoryStore:
                 self.maus.append(m)
             self._emb = np.concatenate([self._emb, vecs]) if len(self._emb) else vecs
             self.dense.add(vecs)
-            self._sparse_stale = True
+            self._invalidate_sparse()
 
     def update(self, maus: Iterable[MAU]) -> None:
         """Rewrite records of existing MAUs (status, links, enrichment); embeddings unchanged."""
@@ -286,7 +285,7 @@ class MemoryStore:
             self._transaction("UPDATE maus SET record = ? WHERE id = ?", rows)
             for m in maus:
                 self.maus[self.positions[m.id]] = m
-            self._sparse_stale = True
+            self._invalidate_sparse()
 
     def _transaction(self, sql: str, rows: list[tuple]) -> None:
         """Run one statement over ``rows`` in one transaction; on any failure roll back,
@@ -343,29 +342,36 @@ class MemoryStore:
             return np.zeros(0, np.float32)
         return self._emb[np.asarray(positions)] @ np.asarray(query_vec, np.float32)
 
-    def sparse(self) -> SparseIndex:
-        """The BM25 index, (re)built lazily after writes; safe under concurrent readers."""
+    def sparse(self, backend: str | None = None, fields: str | None = None) -> SparseIndex:
+        """The BM25 index for (backend, fields), by default the store's own; built lazily after
+        writes and kept per setting, so retrievers configured differently never swap each
+        other's index. Safe under concurrent readers."""
+        key = (backend or self.sparse_backend, fields or self.sparse_fields)
         with self._sparse_lock:
-            if self._sparse is None or self._sparse_stale:
-                texts = self._sparse_corpus()
-                idx = make_sparse_index(self.sparse_backend)
-                idx.build(texts)
-                self._sparse, self._sparse_stale = idx, False
-            return self._sparse
+            idx = self._sparse.get(key)
+            if idx is None:
+                idx = make_sparse_index(key[0])
+                idx.build(self._sparse_corpus(key[1]))
+                self._sparse[key] = idx
+            return idx
 
     def use_sparse_backend(self, backend: str) -> None:
+        """Change the default backend of :meth:`sparse` (what ``save`` records in the manifest)."""
         with self._sparse_lock:
-            if backend != self.sparse_backend:
-                self.sparse_backend, self._sparse_stale = backend, True
+            self.sparse_backend = backend
 
-    def _sparse_corpus(self) -> list[str]:
+    def _invalidate_sparse(self) -> None:
+        with self._sparse_lock:
+            self._sparse.clear()
+
+    def _sparse_corpus(self, fields: str) -> list[str]:
         info = self.manifest.get("indices", {}).get("sparse")
         fpath = self.path / SPARSE
-        if info and fpath.exists() and info.get("count") == len(self.maus) and self.manifest.get("sparse_fields") == self.sparse_fields:
+        if info and fpath.exists() and info.get("count") == len(self.maus) and self.manifest.get("sparse_fields") == fields:
             data = fpath.read_bytes()
             if sha256_bytes(data) == info.get("sha256"):
                 return json.loads(data)
-        return [sparse_text(m, self.sparse_fields) for m in self.maus]
+        return [sparse_text(m, fields) for m in self.maus]
 
     def active_mask(self, include_archived: bool = False) -> np.ndarray | None:
         if include_archived:

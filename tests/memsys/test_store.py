@@ -185,6 +185,19 @@ def test_update_persists_and_unknown_update_fails(saved_store, tmp_path):
     reopened.close()
 
 
+def test_sparse_indices_follow_writes_and_are_kept_per_setting(saved_store, tmp_path, vectors):
+    path = copy_store(saved_store, tmp_path)
+    store = MemoryStore.open(path)
+    assert store.sparse().search("zebra", 5) == []
+    store.add([MAU(id="z1", summary="a zebra crossing", embedding=vectors[0], details={"text": "a striped horse"})])
+    assert store.sparse().search("zebra", 5)[0][0] == 40  # a write invalidates the built index
+    assert store.sparse("rank_bm25").search("zebra", 5)[0][0] == 40
+    assert store.sparse().search("striped horse", 5)[0][0] == 40  # detail text is indexed by default
+    assert store.sparse(fields="summary").search("striped horse", 5) == []
+    assert store.sparse() is store.sparse("bm25s", "summary_and_details")  # built once per setting
+    store.close()
+
+
 # ------------------------------------------------------------------ bad writes
 def test_bad_adds_raise_typed_errors_and_lose_nothing(saved_store, tmp_path, vectors):
     path = copy_store(saved_store, tmp_path)

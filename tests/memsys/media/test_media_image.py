@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import sys
 import types
 from datetime import datetime
@@ -102,6 +103,7 @@ def test_bad_items_are_reported_and_the_rest_continue(tmp_path):
     assert "cannot read" in report.items[3].error
     assert all("\n" not in line for line in report.lines())
     assert report.count("image") == {"items": 6, "kept": 1, "dropped": 0, "errors": 5, "maus": 1}
+    assert json.loads(json.dumps(report.to_dict()))["counts"]["errors"] == 5
     assert len(mem) == 1
     with pytest.raises(MediaInputError):  # without a report the error is raised
         ingest_image(mem, b"nope")
@@ -303,3 +305,13 @@ def test_bad_gate_config_fails_loudly(tmp_path):
     bad = make_memory(tmp_path / "b", image_uncertain="maybe")
     with pytest.raises(ConfigError, match="image_uncertain"):
         ingest_image(bad, to_bytes(scene(1)), "x")
+
+
+def test_caption_overlap_flags_uncertain_but_the_picture_still_becomes_the_reference(tmp_path):
+    mem = make_memory(tmp_path)
+    mem.add_turn("Ana", "a red kite over the sandy beach near the old pier")
+    report = MediaReport()
+    mau = ingest_image(mem, to_bytes(scene(40)), "a red kite over the sandy beach", report=report)
+    assert mau.details["novelty"] == "uncertain" and mau.details["vision"] == "novel"
+    ingest_image(mem, to_bytes(scene(40), "JPEG", quality=80), "kite", report=report)
+    assert report.items[1].decision.verdict == "static"
