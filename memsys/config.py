@@ -115,6 +115,7 @@ class PyramidConfig:
     theta: float = 0.4  # level 2 (full text) for candidates with dense similarity > theta
     budget_tokens: int = 6000  # B: total tokens of the context
     level3: bool = True  # raw content from cold storage, by similarity per token
+    level3_media: bool = False  # spend budget on raw images/audio/video (only a multimodal reader sees them)
     summary_max_tokens: int = 64  # level-1 summaries are cut to this
     modality_tokens: dict[str, int] = field(
         default_factory=lambda: {"image": 765, "audio": 200, "video": 1500}
@@ -193,6 +194,10 @@ def validate(schema: type, node: Any, where: str = "config") -> Any:
     try:
         base = OmegaConf.structured(schema)
         OmegaConf.set_struct(base, True)
+        if OmegaConf.is_config(node):  # a composed node may carry keys force-added with '+'
+            node = OmegaConf.to_container(node, resolve=True)
+            if isinstance(node, dict):
+                node.pop("defaults", None)
         merged = OmegaConf.merge(base, node)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
@@ -202,11 +207,32 @@ def validate(schema: type, node: Any, where: str = "config") -> Any:
         raise ConfigError(f"invalid {where}{at}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
 
 
+_SCHEMAS_REGISTERED = False
+
+
+def register_schemas() -> None:
+    """Register the dataclass schemas with Hydra's ConfigStore (as ``memory/_schema`` and
+    ``llm/_schema``); every preset lists ``_schema`` first in its defaults, so a composed
+    preset is typed and closed: any schema key can be overridden (``memory.x.y=v``),
+    wrong types and unknown keys fail at composition."""
+    global _SCHEMAS_REGISTERED
+    if _SCHEMAS_REGISTERED:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(group="memory", name="_schema", node=MemoryConfig)
+    cs.store(group="llm", name="_schema", node=LLMConfig)
+    _SCHEMAS_REGISTERED = True
+
+
 def compose(config_name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> DictConfig:
     """Compose a primary config from ``configs/`` with Hydra-style ``key=value`` overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+
+    register_schemas()
 
     directory = Path(directory or config_dir())
     if not (directory / f"{config_name}.yaml").exists():

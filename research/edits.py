@@ -89,7 +89,8 @@ def apply_config_overrides(root: Path, preset: str, overrides: Sequence[str], su
         except Exception as exc:
             raise EditApplyError(f"config override {ov!r}: {str(exc).splitlines()[0]}") from exc
     try:
-        validate(MemoryConfig, cfg, where=f"{rel} after overrides")
+        body = {k: v for k, v in OmegaConf.to_container(cfg).items() if k != "defaults"}  # Hydra's list
+        validate(MemoryConfig, body, where=f"{rel} after overrides")
     except Exception as exc:
         raise EditApplyError(str(exc)) from exc
     path.write_text(OmegaConf.to_yaml(cfg), encoding="utf-8")

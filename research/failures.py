@@ -32,6 +32,9 @@ MAX_MESSAGE_CHARS = 300
 STDERR_TAIL_LINES = 40
 #: metrics closer than this to the parent's count as identical
 IDENTICAL_TOLERANCE = 1e-12
+#: metrics that measure time or money, not the memory system: left out of "identical to the
+#: parent" (every run's wall_s differs, so with them the check could never fire)
+VOLATILE_METRICS = frozenset({"wall_s", "seconds_per_question", "cost_usd"})
 
 
 class FailureClass(StrEnum):
@@ -130,6 +133,8 @@ _KIND_FIXES: dict[str, tuple[Severity, str]] = {
     "model": ("high", "Model not loadable offline: revert the edit that changed the model, "
               "or use the bundled all-MiniLM-L6-v2."),
 }
+#: typed kinds that only say "the endpoint failed": their message may name the HTTP status
+_GENERIC_ENDPOINT_KINDS = ("api_error", "llm")
 _TYPED_TIMEOUT_IS_INFRA = True  # an LLM/endpoint timeout is the endpoint's, not the edit's
 
 # exception class names (any module) -> class; checked along the MRO, most specific first
@@ -323,6 +328,9 @@ def memsys_kinds() -> dict[str, str]:
 def _typed(kind: str, message: str, *, code_changed: bool, file: str | None = None,
            line: int | None = None) -> Failure:
     cls = KIND_TO_CLASS.get(kind, FailureClass.UNKNOWN)
+    if kind in _GENERIC_ENDPOINT_KINDS:
+        # e.g. the runner's "all 12 reader calls failed; first: rate_limit: ... (HTTP 429)"
+        cls = _http_class(message) or cls
     severity, fix = _KIND_FIXES.get(kind, (None, None))
     infrastructure = True if kind == "timeout" and _TYPED_TIMEOUT_IS_INFRA else None
     return _failure(cls, f"{kind}: {message}", code_changed=code_changed, file=file, line=line,
@@ -349,9 +357,10 @@ def _metric_failure(metrics: Mapping[str, Any] | None, parent: Mapping[str, Any]
     if all(v == 0.0 for v in values.values()):
         return _failure(FailureClass.INVALID_METRIC, f"all {len(values)} metrics are zero",
                         code_changed=code_changed)
-    if code_changed and parent and set(parent) == set(values) and all(
+    stable = {k: v for k, v in values.items() if k not in VOLATILE_METRICS}
+    if code_changed and parent and stable and set(parent) - VOLATILE_METRICS == set(stable) and all(
         isinstance(parent[k], (int, float)) and abs(float(parent[k]) - v) <= IDENTICAL_TOLERANCE
-        for k, v in values.items()
+        for k, v in stable.items()
     ):
         return _failure(FailureClass.INVALID_METRIC, "metrics identical to the parent although the code changed",
                         code_changed=code_changed, severity="low",

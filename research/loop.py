@@ -545,7 +545,9 @@ class ResearchLoop:
             except git.GitCommandError:
                 return None
         preset_text = show(f"configs/memory/{self.preset}.yaml") or ""
-        knobs_cfg = OmegaConf.merge(OmegaConf.structured(MemoryConfig), OmegaConf.create(preset_text or "{}"))
+        preset_cfg = OmegaConf.create(preset_text or "{}")
+        preset_cfg.pop("defaults", None)  # Hydra's defaults list, not a memory setting
+        knobs_cfg = OmegaConf.merge(OmegaConf.structured(MemoryConfig), preset_cfg)
         knobs = OmegaConf.to_yaml(knobs_cfg)
         budget = self.setup.research.loop.context_budget_tokens
         files: dict[str, str] = {}

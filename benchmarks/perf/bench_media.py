@@ -28,6 +28,7 @@ Writes ``runs/bench/media.json`` and prints the same JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import platform
@@ -375,7 +376,7 @@ def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budget
 
     bench = load_memgallery(dialog_dir)
     convs = bench.conversations[:max_topics] if max_topics else bench.conversations
-    cfg = load_memory_config("omni")
+    cfg = load_memory_config("omni", ["memory.pyramid.level3_media=true"])  # as for a multimodal reader
     if embedder_name == "hashing":
         cfg = replace(cfg, embedder=EmbedderConfig(backend="hashing", cache=False))
     stats = {b: {"questions": 0, "over_budget": 0, "max_ratio": 0.0, "with_media": 0, "media_parts": 0,
@@ -395,15 +396,16 @@ def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budget
         mem.add(turns)
         n_turns += len(turns)
         for t in images:
-            seed = int.from_bytes(t.id.encode()[-4:].rjust(4, b"\0"), "little") + 7919 * ci
+            seed = int(hashlib.sha256(f"{conv.id}/{t.id}".encode()).hexdigest()[:8], 16)  # one picture per round
             stand_in = _bytes(synthetic_scene(seed), "JPEG", quality=85)  # SYNTHETIC: real images are LFS-only
             if ingest_image(mem, stand_in, t.image_caption, timestamp=t.timestamp, session_id=t.session_id,
                             image_id=t.image_id, id=f"{t.id}:img", source_id=t.id, speaker=t.speaker):
                 n_image_maus += 1
             n_images += 1
-        for q in conv.questions:
+        qvecs = mem.embedder.embed([q.question for q in conv.questions])
+        for q, qvec in zip(conv.questions, qvecs):
             for b in budgets:
-                ctx = mem.context(q.question, budget_tokens=b)
+                ctx = mem.retriever.retrieve(q.question, budget_tokens=b, query_vec=qvec).context
                 st = stats[b]
                 st["questions"] += 1
                 total = ctx.total_tokens

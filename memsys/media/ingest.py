@@ -149,7 +149,7 @@ class _MediaState:
                 break
             ptr = m.details.get("image_vec_pointer")
             if m.modality == Modality.IMAGE and ptr and m.details.get("image_encoder") == enc.name \
-                    and m.details.get("novelty") == "novel":
+                    and m.details.get("vision", m.details.get("novelty")) == "novel":
                 try:
                     refs.append(load_image_vector(memory.store.cold, ptr))
                 except Exception as exc:  # a missing vector only weakens the gate
@@ -293,7 +293,7 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
             summary = f"{tag} {caption}" if caption else f"{tag} {dec.width}x{dec.height} {dec.mime} (no caption)"
             details: dict[str, Any] = {
                 "mime": dec.mime, "width": dec.width, "height": dec.height, "bytes": len(data), "sha256": sha,
-                "caption_source": caption_source, "novelty": decision.verdict,
+                "caption_source": caption_source, "novelty": decision.verdict, "vision": vision.verdict,
                 "image_encoder": enc.name, "image_vec_pointer": vec_pointer,
             }
             if caption:
@@ -306,7 +306,7 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
                       session_id=session_id, source_id=source_id or image_id, speaker=speaker, details=details,
                       persons=[speaker] if speaker else [])
             memory.add_maus([mau])
-            if decision.verdict == "novel":  # only a clear change moves the reference
+            if vision.verdict == "novel":  # only a clear visual change moves the reference
                 st.image_gate.accept(vec)
             st.seen_sha[sha] = mid
         item.decision, item.mau_ids, item.bytes_stored = decision, [mid], new_bytes + new_vec

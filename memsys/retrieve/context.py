@@ -33,14 +33,30 @@ class ContextItem:
     media: list[MediaPart] = field(default_factory=list)
 
     def header(self, include_metadata: bool = True) -> str:
-        if not include_metadata:
-            return ""
-        parts = []
-        if self.mau.timestamp:
-            parts.append(f"[{format_date(self.mau.timestamp)} {self.mau.timestamp:%H:%M}]")
-        if self.mau.speaker:
-            parts.append(f"{self.mau.speaker}:")
-        return " ".join(parts)
+        return item_header(self.mau, include_metadata)
+
+
+def item_header(mau: MAU, include_metadata: bool = True) -> str:
+    """What a rendered memory line carries besides its text: date, time and speaker."""
+    if not include_metadata:
+        return ""
+    parts = []
+    if mau.timestamp:
+        parts.append(f"[{format_date(mau.timestamp)} {mau.timestamp:%H:%M}]")
+    if mau.speaker:
+        parts.append(f"{mau.speaker}:")
+    return " ".join(parts)
+
+
+def item_suffix(mau: MAU, include_metadata: bool = True) -> str:
+    """Resolved relative times, appended to the line (e.g. "(yesterday = 7 May 2023)")."""
+    if include_metadata and mau.details.get("resolved_times"):
+        return " (" + "; ".join(mau.details["resolved_times"]) + ")"
+    return ""
+
+
+def render_line(n: int, mau: MAU, text: str, include_metadata: bool = True) -> str:
+    return f"{n}. {item_header(mau, include_metadata)} {text}{item_suffix(mau, include_metadata)}".replace("  ", " ").strip()
 
 
 @dataclass
@@ -74,11 +90,7 @@ class Context:
         """Plain-text memories, best first, then graph facts."""
         lines = []
         for n, item in enumerate(self.items, start=1):
-            head = item.header(include_metadata)
-            text = item.text
-            if include_metadata and item.mau.details.get("resolved_times"):
-                text += " (" + "; ".join(item.mau.details["resolved_times"]) + ")"
-            lines.append(f"{n}. {head} {text}".replace("  ", " ").strip())
+            lines.append(render_line(n, item.mau, item.text, include_metadata))
         if include_graph and self.graph_facts:
             lines.append("")
             lines.append("Related facts from the knowledge graph:")

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from memsys.config import AnswerConfig, PyramidConfig
 from memsys.records import MAU
-from memsys.retrieve.context import Context, ContextItem, MediaPart
+from memsys.retrieve.context import Context, ContextItem, MediaPart, render_line
 
 
 @dataclass
@@ -59,15 +59,23 @@ def build_pyramid(
     count_tokens: Callable[[str], int],
     load_raw: Callable[[MAU], RawContent | None],
     reserved_tokens: int = 0,
+    framing_tokens: Callable[[MAU], int] | None = None,
 ) -> Context:
+    """``framing_tokens(mau)``: tokens a rendered line adds around the item's text (number,
+    date, speaker, resolved times); by default counted from :func:`render_line`."""
+    if framing_tokens is None:
+        def framing_tokens(mau: MAU) -> int:
+            return count_tokens(render_line(99, mau, "", answer_cfg.include_metadata))
+
     budget = cfg.budget_tokens
     remaining = budget - reserved_tokens
     ctx = Context(query=query, items=[], budget_tokens=budget)
 
-    # Level 1: summaries in rank order
+    # Level 1: summaries in rank order. An item's tokens include its rendered framing
+    # (number, date, speaker, resolved times), so the prompt itself stays within B.
     for rank, c in enumerate(candidates):
         text = cut_to_tokens(c.mau.summary, cfg.summary_max_tokens, count_tokens)
-        tokens = count_tokens(text)
+        tokens = count_tokens(text) + framing_tokens(c.mau)
         if tokens > remaining:
             ctx.dropped.append((c.mau.id, f"level 1 summary ({tokens} tok) over remaining budget {remaining}"))
             continue
@@ -92,7 +100,7 @@ def build_pyramid(
         if full == item.text:
             item.level, item.reason = 2, item.reason + f"; sim {item.similarity:.2f} > theta, summary is the full text"
             continue
-        extra = count_tokens(full) - item.tokens
+        extra = count_tokens(full) - count_tokens(item.text)
         if extra > remaining:
             item.reason += f"; level 2 needs {extra} tok, {remaining} left"
             continue
@@ -113,7 +121,7 @@ def build_pyramid(
             cost = raw.media.tokens
         elif raw.text and raw.text.strip() != item.text.strip() and raw.text not in item.text:
             # charge what the reader will see: the raw text plus its "raw:" framing
-            cost = count_tokens(_with_raw(item.text, raw.text)) - item.tokens
+            cost = count_tokens(_with_raw(item.text, raw.text)) - count_tokens(item.text)
         else:
             continue
         offers.append((item.similarity / max(cost, 1), item, raw, cost))

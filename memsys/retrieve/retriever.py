@@ -160,6 +160,8 @@ class Retriever:
                     return None  # level 2 already shows every word of the raw turn
                 return RawContent(text=f"{raw.get('speaker')}: {text}")
             return None
+        if not self.cfg.pyramid.level3_media:
+            return None  # a text-only reader sees the caption (the summary), never the media
         cost = int(self.cfg.pyramid.modality_tokens.get(mau.modality.value, 500))
         pointer = mau.pointer
         mime = mau.details.get("mime", _MIME.get(mau.modality.value, "application/octet-stream"))

@@ -14,7 +14,7 @@ import pytest
 
 from memsys.config import AnswerConfig, PyramidConfig
 from memsys.records import MAU, Modality
-from memsys.retrieve.context import MediaPart
+from memsys.retrieve.context import MediaPart, render_line
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid, cut_to_tokens
 from memsys.tokens import count_tokens
 
@@ -36,9 +36,24 @@ def no_raw(_: MAU) -> None:
     return None
 
 
-def pyramid(cands, budget=6000, theta=0.4, load_raw=no_raw, count=words, answer=None, **kw):
+def pyramid(cands, budget=6000, theta=0.4, load_raw=no_raw, count=words, answer=None, framing=lambda m: 0, **kw):
+    """Hand-computed cases leave the line framing out (framing=0) so every number is a word count."""
     cfg = PyramidConfig(budget_tokens=budget, theta=theta, **kw)
-    return build_pyramid("q", cands, cfg, answer or AnswerConfig(), count, load_raw)
+    return build_pyramid("q", cands, cfg, answer or AnswerConfig(), count, load_raw, framing_tokens=framing)
+
+
+def test_the_rendered_prompt_stays_within_the_budget_with_real_framing():
+    from datetime import datetime
+
+    rng = random.Random(7)
+    cands = [RankedCandidate(MAU(id=f"m{i}", summary=w(rng.randint(3, 40)), speaker="Caroline",
+                                 timestamp=datetime(2023, 5, 8, 13, 56),
+                                 details={"text": w(rng.randint(3, 80), "x"), "resolved_times": ["yesterday = 7 May 2023"]}),
+                             rng.random(), {"dense"}) for i in range(30)]
+    for budget in (50, 200, 700, 3000):
+        ctx = build_pyramid("q", cands, PyramidConfig(budget_tokens=budget), AnswerConfig(), count_tokens, no_raw)
+        assert count_tokens(ctx.render()) <= budget, budget
+        assert ctx.total_tokens <= budget
 
 
 # ------------------------------------------------------------------ level 1
@@ -150,7 +165,7 @@ def test_level_3_off_and_pyramid_off():
 
 def test_reserved_tokens_come_out_of_the_budget():
     ctx = build_pyramid("q", [cand(0, 0.1), cand(1, 0.1), cand(2, 0.1)], PyramidConfig(budget_tokens=10),
-                        AnswerConfig(), words, no_raw, reserved_tokens=6)
+                        AnswerConfig(), words, no_raw, reserved_tokens=6, framing_tokens=lambda m: 0)
     assert ctx.mau_ids == ["m0", "m1"] and ctx.total_tokens == 4
 
 
@@ -185,7 +200,8 @@ def test_total_tokens_never_exceed_the_budget_over_random_budgets():
         where = f"trial {trial}: B={cfg.budget_tokens} reserved={reserved}"
         assert ctx.total_tokens + reserved <= cfg.budget_tokens, where
         for item in ctx.items:
-            assert item.tokens == count_tokens(item.text) + sum(p.tokens for p in item.media), where
+            framing = count_tokens(render_line(99, item.mau, "", answer.include_metadata))
+            assert item.tokens == count_tokens(item.text) + framing + sum(p.tokens for p in item.media), where
             assert item.reason.startswith("top-k summary"), where
             if item.level == 2:
                 assert item.similarity > cfg.theta, where

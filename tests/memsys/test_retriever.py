@@ -204,8 +204,17 @@ def test_archived_memories_are_skipped_unless_included(tmp_path, embedder):
     mem.close()
 
 
+def test_text_only_readers_spend_no_budget_on_media(tmp_path, embedder):
+    mem = Memory.create(tmp_path / "s", "omni")  # level3_media is off by default: the reader sees captions
+    pointer = mem.store.cold.put(b"\xff\xd8\xff fake jpeg bytes", "jpg")
+    mem.add_maus([MAU(id="img1", summary="a photo of a painting of a sunset over a lake", modality=Modality.IMAGE,
+                      pointer=pointer, source_id="D1:12")])
+    item = next(i for i in mem.context("painting of a sunset over a lake").items if i.mau.id == "img1")
+    assert item.level == 2 and item.media == []
+
+
 def test_level_3_loads_media_from_cold_storage(tmp_path, embedder):
-    mem = Memory.create(tmp_path / "s", "omni")
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.pyramid.level3_media=true"])
     image = b"\xff\xd8\xff fake jpeg bytes"
     pointer = mem.store.cold.put(image, "jpg")
     mem.add_maus([MAU(id="img1", summary="a photo of a painting of a sunset over a lake", modality=Modality.IMAGE,

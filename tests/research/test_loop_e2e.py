@@ -42,7 +42,7 @@ DEGRADE = {
     "hypothesis": "fewer candidates give a more precise context",
     "discovery_type": "hyperparameter_tuning",
     "expected_effect": "precision up",
-    "config_overrides": ["retrieval.top_k=2", "retrieval.dense_k=2"],
+    "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=2", "retrieval.dense_k=2"],
     "edits": [],
 }
 FORBIDDEN = {
@@ -135,7 +135,9 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     run_id = "e2e"
     head = git(repo, "rev-parse", "HEAD")
     scorer_before = (repo / SCORER).read_text(encoding="utf-8")
-    server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE),
+    # the second degradation must differ from the first: an identical proposal is sent back as a duplicate
+    DEGRADE_AGAIN = {**DEGRADE, "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=3", "retrieval.dense_k=3"]}
+    server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE_AGAIN),
                    Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN))
     events: list[tuple[str, dict[str, Any]]] = []
     loop = ResearchLoop(make_setup(repo, 5), run_id, llm_opener=opener_for(server),

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw
 
-from memsys.config import MemoryConfig
+from memsys.config import MemoryConfig, PyramidConfig
 from memsys.media import context_to_content_parts, ingest_audio, ingest_image, ingest_video
 from memsys.media.video import write_test_video
 from memsys.memory import Memory
@@ -65,7 +65,7 @@ def speech_wav(path: Path) -> Path | None:
 def memory(tmp_path_factory, embedder) -> Memory:
     """Real MiniLM embedder; text turns, three images, a 3-scene video, speech if espeak-ng exists."""
     root = tmp_path_factory.mktemp("pyramid")
-    mem = Memory.create(root / "store", "omni", embedder=embedder)
+    mem = Memory.create(root / "store", "omni", overrides=["memory.pyramid.level3_media=true"], embedder=embedder)
     ts = datetime(2024, 6, 17, 12, 0)
     mem.add([Turn("D1:1", "Ana", "We spent the afternoon at the beach flying a kite.", ts, "D1"),
              Turn("D1:2", "Ben", "Then we had ramen for dinner near the harbour.", ts, "D1"),
@@ -150,7 +150,7 @@ def test_audio_parts_only_when_asked(memory):
 
 
 def test_large_images_are_downscaled_and_missing_files_noted(tmp_path, embedder):
-    mem = Memory.create(tmp_path / "store", MemoryConfig(), embedder=embedder)
+    mem = Memory.create(tmp_path / "store", MemoryConfig(pyramid=PyramidConfig(level3_media=True)), embedder=embedder)
     big = Image.fromarray(np.random.default_rng(0).integers(0, 256, (1500, 3000, 3), np.uint8))
     ingest_image(mem, png(big), "a very wide noisy panorama")
     ctx = mem.context("wide panorama", budget_tokens=2000)
