@@ -207,6 +207,10 @@ def run_eval(setup: EvalSetup, *, llm: Any = None, progress: bool = True,
     value = metrics.get(objective)
     if value is not None and (not isinstance(value, (int, float)) or math.isnan(value)):
         value = None
+    if bench.name == "memgallery":  # say which path the images took
+        from benchmarks.stores import image_mode
+
+        metrics["image_mode"] = image_mode(bench)
     metrics["objective"] = objective
     metrics["objective_value"] = value
     wall = time.perf_counter() - started
@@ -254,7 +258,8 @@ def _answer_one(setup: EvalSetup, bench: Benchmark, q: Question, mem: Any, syste
                 from memsys.retrieve.context import Context
 
                 context = _text_context(q.question, system.text)
-            ans = answer_question(llm, q.question, context, setup.memory.answer)
+            ans = answer_question(llm, q.question, context, setup.memory.answer,
+                                  question_image=q.question_image_path)
             rec.update(prediction=ans.text, prompt_tokens=ans.prompt_tokens,
                        completion_tokens=ans.completion_tokens, cost_usd=ans.cost_usd, cached=ans.cached)
         except LLMAuthError:
@@ -362,5 +367,9 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
             f"{fmt(m.get('f1_cat5'))} | All honest {fmt(m.get('all_honest'))} | All, paper protocol (cat 5 = 1.0) "
             f"{fmt(m.get('all_paper_protocol'))}"
         )
+    if m.get("image_mode"):
+        console.print(f"Mem-Gallery image mode: {m['image_mode']}"
+                      + (" (image files not on disk: text systems get image id + caption; fetch them with "
+                         "scripts/fetch_data.py memgallery --images)" if m["image_mode"] == "captions" else ""))
     console.print(f"objective {m.get('objective')} = {fmt(m.get('objective_value'))}  ({m.get('n_errors', 0)} reader errors)")
     return buf.getvalue().rstrip()

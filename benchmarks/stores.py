@@ -52,8 +52,10 @@ def store_key(bench: Benchmark, conv: Conversation, cfg: MemoryConfig, llm_model
         "graph": to_container(cfg.graph) if cfg.graph.enabled else None,
         "llm": llm_model if (cfg.ingest.compression.enabled or (cfg.graph.enabled and cfg.graph.extractor == "llm")) else None,
     }
+    images = sorted(t.image_path for s in conv.sessions for t in s.turns if t.image_path)
     payload = json.dumps(
-        {"files": bench.files, "conversation": conv.id, "cfg": ingest_cfg, "code": ingestion_code_hash()},
+        {"files": bench.files, "conversation": conv.id, "cfg": ingest_cfg, "code": ingestion_code_hash(),
+         "images": images},
         sort_keys=True, default=str,
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -89,6 +91,7 @@ def build_or_open_store(bench: Benchmark, conv: Conversation, cfg: MemoryConfig,
         try:
             mem = Memory.create(tmp / "store", cfg)
             mem.add(conversation_turns(conv), llm=llm)
+            _ingest_images(mem, conv)
             if cfg.graph.enabled:
                 _build_graph(mem, cfg, llm)
             mem.save()
@@ -102,6 +105,29 @@ def build_or_open_store(bench: Benchmark, conv: Conversation, cfg: MemoryConfig,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return Memory.open(final, cfg, read_only=True), built  # loads the saved graph when enabled
+
+
+def image_mode(bench: Benchmark) -> str:
+    """"images" when the benchmark's image files are on disk (fetched), else "captions"."""
+    has = any(t.image_path for c in bench.conversations for s in c.sessions for t in s.turns)
+    return "images" if has else "captions"
+
+
+def _ingest_images(mem: Memory, conv: Conversation) -> None:
+    """Image rounds whose file exists become image MAUs (raw image in the cold tier); the
+    caption stays on the text turn either way, so caption mode loses nothing."""
+    rounds = [t for s in conv.sessions for t in s.turns if t.image_path]
+    if not rounds:
+        return
+    from memsys.media import MediaReport, ingest_image
+
+    report = MediaReport()
+    for t in rounds:
+        ingest_image(mem, t.image_path, t.image_caption, timestamp=t.timestamp, session_id=t.session_id,
+                     id=f"{t.id}#image", image_id=t.image_id, speaker=t.speaker, source_id=t.id, report=report)
+    for line in report.lines():
+        if "error" in line.lower():
+            log.warning("%s: %s", conv.id, line)
 
 
 def _build_graph(mem: Memory, cfg: MemoryConfig, llm: Any) -> None:

@@ -55,7 +55,31 @@ def load_prompt(name: str) -> tuple[str, str, Template]:
     return read("system.txt"), read("constraints.txt"), Template(read("user.txt"))
 
 
-def build_messages(question: str, context: Context, cfg: AnswerConfig) -> list[dict[str, str]]:
+def build_messages(question: str, context: Context, cfg: AnswerConfig, *, vision: bool = False,
+                   question_image: str | None = None) -> list[dict[str, Any]]:
+    """Chat messages for the reader. With ``vision`` (a multimodal reader) the memories are
+    content parts with the level-3 images inline, and a question image follows the question."""
+    messages = _text_messages(question, context, cfg)
+    has_media = any(i.media for i in context.items)
+    if not vision or not (has_media or question_image):
+        return messages
+    from memsys.media.image import context_to_content_parts, image_part
+
+    text = messages[1]["content"]
+    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts)
+    head, _, tail = text.partition(memories) if memories and memories in text else (text, "", "")
+    parts: list[dict[str, Any]] = [{"type": "text", "text": head}]
+    if tail or memories:
+        parts += context_to_content_parts(context, vision=True, include_metadata=cfg.include_metadata,
+                                          include_graph=cfg.include_graph_facts)
+        parts.append({"type": "text", "text": tail})
+    if question_image:
+        parts.append(image_part(question_image))
+    messages[1] = {"role": "user", "content": parts}
+    return messages
+
+
+def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[dict[str, Any]]:
     system, constraints, user = load_prompt(cfg.prompt)
     before = cfg.constraints_position == "before"
     if cfg.constraints_position not in ("before", "after"):
@@ -75,9 +99,11 @@ def build_messages(question: str, context: Context, cfg: AnswerConfig) -> list[d
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
-def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig) -> Answer:
+def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig, *,
+                    question_image: str | None = None) -> Answer:
     """Ask the reader. ``llm`` is a memsys.llm.LLMClient (or anything with its ``chat``)."""
-    messages = build_messages(question, context, cfg)
+    vision = bool(getattr(getattr(llm, "cfg", None), "supports_vision", False))
+    messages = build_messages(question, context, cfg, vision=vision, question_image=question_image)
     t0 = time.perf_counter()
     if cfg.response_format:
         reply = llm.chat(messages, json_schema=ANSWER_SCHEMA, max_tokens=cfg.max_tokens)

@@ -164,6 +164,15 @@ def _image_for_reader(path: str, mime: str, max_side: int) -> tuple[bytes, str]:
     return encode_jpeg(decoded.image, max_side, 85), "image/jpeg"
 
 
+def image_part(path: str | Path, max_side: int = 2048) -> dict[str, Any]:
+    """One OpenAI ``image_url`` content part for an image file (e.g. a question's image)."""
+    import mimetypes
+
+    mime = mimetypes.guess_type(str(path))[0] or "image/jpeg"
+    data, mime = _image_for_reader(str(path), mime, max_side)
+    return {"type": "image_url", "image_url": {"url": _data_url(data, mime)}}
+
+
 def context_to_content_parts(context: Any, vision: bool, *, audio: bool = False, include_metadata: bool = True,
                              include_graph: bool = True, max_side: int = 2048) -> list[dict[str, Any]]:
     """OpenAI chat content parts for a retrieved ``Context`` (memsys.retrieve.context).
