@@ -123,6 +123,8 @@ class Memory:
         With ``ingest.compression.enabled`` the accepted turns are also rewritten by
         ``llm`` into restatement MAUs (the raw turns stay stored next to them).
         """
+        if self.cfg.ingest.compression.enabled and llm is None:  # refuse before anything is written
+            raise ConfigError("ingest.compression.enabled needs an LLM: pass llm= to Memory.add")
         if isinstance(turns, Turn):
             turns = [turns]
         turns = list(turns)
@@ -167,9 +169,12 @@ class Memory:
         if llm is None:
             raise ConfigError("ingest.compression.enabled needs an LLM: pass llm= to Memory.add")
         accepted = [t for t in turns if report.decisions.get(t.id) and report.decisions[t.id].accepted]
-        maus, crep = compress_turns(llm, accepted, self.cfg.ingest.compression, self.store.cold,
-                                    self.embedder.embed, self.store.embeddings)
+        earlier = [m for m in self.store.maus if m.details.get("compressed")]
+        maus, absorbed, crep = compress_turns(llm, accepted, self.cfg.ingest.compression, self.store.cold,
+                                              self.embedder.embed, earlier)
         self.store.add(maus)
+        if absorbed:
+            self.store.update(absorbed)
         report.compression = crep
 
     def add_turn(self, speaker: str, text: str, timestamp: datetime | None = None, id: str | None = None,

@@ -130,9 +130,22 @@ def compress_window(llm: Any, window: Sequence[Turn], cold: ColdStore) -> list[M
     return out
 
 
-def compress_turns(llm: Any, turns: Sequence[Turn], cfg: CompressionConfig, cold: ColdStore,
-                   embed, existing: np.ndarray | None = None) -> tuple[list[MAU], CompressionReport]:
-    """Compress all windows in parallel, then consolidate near-duplicates (cosine)."""
+def _absorb(target: MAU, m: MAU) -> None:
+    """Consolidate ``m`` into ``target``: union of sources, the restatement kept in details."""
+    for src in m.details["source_ids"]:
+        if src not in target.details.setdefault("source_ids", []):
+            target.details["source_ids"].append(src)
+    target.details.setdefault("consolidated", []).append(m.summary)
+
+
+def compress_turns(llm: Any, turns: Sequence[Turn], cfg: CompressionConfig, cold: ColdStore, embed,
+                   existing: Sequence[MAU] = ()) -> tuple[list[MAU], list[MAU], CompressionReport]:
+    """Compress all windows in parallel, then consolidate near-duplicates at write time.
+
+    Returns (new MAUs, existing MAUs that absorbed a near-duplicate, report). ``existing``
+    are earlier restatements (with embeddings); raw turn MAUs must not be passed, or every
+    faithful restatement of a single turn would be "consolidated" away.
+    """
     wins = windows(turns, cfg.window_turns, cfg.overlap_turns)
     report = CompressionReport(windows=len(wins), errors=[])
 
@@ -152,29 +165,30 @@ def compress_turns(llm: Any, turns: Sequence[Turn], cfg: CompressionConfig, cold
     maus = [m for m in maus if not (m.id in seen_ids or seen_ids.add(m.id))]
     report.statements = len(maus)
     if not maus:
-        return [], report
+        return [], [], report
     vecs = embed([m.summary for m in maus])
+    old = [m for m in existing if m.embedding is not None]
+    old_vecs = np.stack([np.asarray(m.embedding, np.float32) for m in old]) if old else None
     kept: list[MAU] = []
     kept_vecs: list[np.ndarray] = []
-    pool_vecs = existing if existing is not None and len(existing) else np.zeros((0, vecs.shape[1]), np.float32)
+    updated: dict[str, MAU] = {}
     for m, v in zip(maus, vecs):
-        best = float(np.max(pool_vecs @ v)) if len(pool_vecs) else -1.0
         if kept_vecs:
-            kb = np.stack(kept_vecs) @ v
-            j = int(np.argmax(kb))
-            if kb[j] > cfg.consolidate_above:
-                # merge into the kept restatement: union of sources, nothing lost
-                tgt = kept[j]
-                for s in m.details["source_ids"]:
-                    if s not in tgt.details["source_ids"]:
-                        tgt.details["source_ids"].append(s)
-                tgt.details.setdefault("consolidated", []).append(m.summary)
+            sims = np.stack(kept_vecs) @ v
+            j = int(np.argmax(sims))
+            if sims[j] > cfg.consolidate_above:
+                _absorb(kept[j], m)
                 report.consolidated += 1
                 continue
-        if best > cfg.consolidate_above:
-            report.consolidated += 1
-            continue
+        if old_vecs is not None:
+            sims = old_vecs @ v
+            j = int(np.argmax(sims))
+            if sims[j] > cfg.consolidate_above:
+                _absorb(old[j], m)
+                updated[old[j].id] = old[j]
+                report.consolidated += 1
+                continue
         m.embedding = v
         kept.append(m)
         kept_vecs.append(v)
-    return kept, report
+    return kept, list(updated.values()), report
