@@ -31,6 +31,7 @@ class LoopConfig:
     ceiling_band: float = 0.002
     smoke_sample: str | None = "tiny"
     max_repairs: int = 3
+    local_fallback: bool = True  # heal auth failures of a remote endpoint by switching to the embedded model
     failed_questions_shown: int = 5
     context_budget_tokens: int = 2500
 

@@ -27,6 +27,8 @@ def plan_heal(failure: Failure, attempt: int, *, max_repairs: int, remote_llm: b
     if c == FailureClass.AUTH and remote_llm and "switch_local_llm" not in tried:
         return HealAction("switch_local_llm", "endpoint refused the key: continue on the embedded local model")
     if c == FailureClass.RATE_LIMIT:
+        if "fewer_workers" in tried and attempt >= 2:
+            return HealAction("give_up", "still rate limited after backing off twice")
         return HealAction("fewer_workers", "rate limited: back off and evaluate with one worker")
     if c in (FailureClass.RUNTIME_ERROR, FailureClass.SYNTAX_ERROR):
         return HealAction("repair_edit", "the researcher gets the traceback and the diff")

@@ -63,6 +63,8 @@ class ResearchLoop:
         self.llm = None
         self.llm_overrides: list[str] = []
         self.workers_override: int | None = None
+        self._stack: ExitStack | None = None
+        self._proposers: dict[str, Proposer] = {}
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -116,6 +118,7 @@ class ResearchLoop:
         st = self.state
         started = time.monotonic() - st.elapsed_s
         with ExitStack() as stack:
+            self._stack = stack
             self._open_llm(stack)
             self._mlflow_parent()
             proposer = self._make_proposer()
@@ -187,6 +190,23 @@ class ResearchLoop:
         else:
             self.llm_overrides = [f"++llm.base_url={base_url}"] if cfg.base_url else []
 
+    def _switch_to_local(self) -> str:
+        """The paper's 403 case: continue on the embedded local model (reader and researcher)."""
+        from memsys.config import LLMConfig, compose, validate
+
+        local = validate(LLMConfig, compose("run", ["llm=local"]).llm, where="llm=local")
+        old = self.setup.eval.llm
+        self.setup.eval.llm = local
+        try:
+            self._open_llm(self._stack)
+        except MemsysError as exc:
+            self.setup.eval.llm = old
+            return f"local fallback failed: {exc}"
+        for p in self._proposers.values():
+            if hasattr(p, "llm"):
+                p.llm = self.llm
+        return f"switched reader and researcher from {old.model} to the embedded {local.model}"
+
     def _make_proposer(self) -> dict[str, Proposer]:
         out: dict[str, Proposer] = {}
         kind = self.setup.research.proposer
@@ -198,6 +218,7 @@ class ResearchLoop:
             from research.proposers.optuna_proposer import OptunaProposer
 
             out["optuna"] = OptunaProposer(self.run_dir / "optuna.db", self.run_id)
+        self._proposers = out
         return out
 
     def _proposer_for(self, proposers: dict[str, Proposer], index: int) -> Proposer:
@@ -363,6 +384,7 @@ class ResearchLoop:
         # loop overhead: worktree, apply, commit, bookkeeping (everything but LLM and evaluation)
         rec.durations["overhead_s"] = max(0.0, rec.durations["total_s"] - rec.durations.get("propose_s", 0.0)
                                           - rec.durations.get("eval_s", 0.0))
+        self.workers_override = None  # a rate-limit backoff lasts one experiment
         if outcome is None or not outcome.ok:
             proposer.observe(prop, None)
             rec.decision = "failed"
@@ -488,13 +510,15 @@ class ResearchLoop:
                 rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: revert import edit")
                 rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
             elif action.action == "fewer_workers":
-                self.workers_override = 1
+                self.workers_override = 1  # for this experiment only (reset below)
                 time.sleep(min(5.0 * (attempt + 1), 30.0))
             elif action.action == "smaller_sample":
                 sample = smoke or "tiny"
             elif action.action == "switch_local_llm":
-                entry["result"] = "switching needs a restart with llm=local; recorded"
-                return outcome
+                if not self.setup.research.loop.local_fallback:
+                    entry["result"] = "local fallback off (research.loop.local_fallback=false): restart with llm=local"
+                    return outcome
+                entry["result"] = self._switch_to_local()
             entry.setdefault("result", "retrying")
         return outcome
 
