@@ -114,3 +114,33 @@ class Workspace:
                     n += 1
         self.repo.git.worktree("prune")
         return n
+
+
+#: what a scratch copy of the project holds: the code the loop edits and runs
+PROJECT_PATHS = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
+
+
+def make_scratch_repo(dest: Path, source: Path | None = None, paths: tuple[str, ...] = PROJECT_PATHS) -> Path:
+    """A throwaway git repo holding a copy of the project (one commit on ``main``).
+
+    For runs that must not add branches to your checkout (benchmarks, tests, trials):
+    ``memsys run research.repo=<dest> ...``.
+    """
+    from memsys.paths import REPO_ROOT
+
+    source = Path(source or REPO_ROOT)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=False)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for name in paths:
+        src = source / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    (dest / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
+    repo = git.Repo.init(dest, initial_branch="main")
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", "scratch copy of the project", author=f"{AUTHOR.name} <{AUTHOR.email}>",
+                    env={"GIT_COMMITTER_NAME": AUTHOR.name, "GIT_COMMITTER_EMAIL": AUTHOR.email})
+    return dest

@@ -25,11 +25,14 @@ SYSTEMS = [("omni", "memsys"), ("naive", "memsys"), ("naive_rag", "memsys"), ("b
            ("naive_rag", "full_context")]
 
 
+EXTRA: list[str] = []  # overrides every evaluation of this invocation gets (e.g. the budget)
+
+
 def _eval(overrides: list[str], llm=None):
     from benchmarks.config import load_eval_setup
     from benchmarks.runner import run_eval
 
-    setup = load_eval_setup(overrides)
+    setup = load_eval_setup([*overrides, *EXTRA])
     return run_eval(setup, llm=llm, progress=False)
 
 
@@ -73,7 +76,7 @@ def e2e(out: dict, sample: str, workers: list[int], preset: str) -> None:
                    "answer_words_mean": m.get("answer_words_mean")}
             res.append(row)
             print(json.dumps(row), flush=True)
-    out["e2e"] = {"sample": sample, "preset": preset, "rows": res}
+    out["e2e"] = {"sample": sample, "preset": preset, "overrides": EXTRA, "rows": res}
 
 
 def warm(out: dict, sample: str, preset: str) -> None:
@@ -90,7 +93,7 @@ def warm(out: dict, sample: str, preset: str) -> None:
             _eval(["benchmark=locomo", "split=dev", f"sample={sample}", f"memory={preset}", "reader=llm", "workers=2",
                    "mlflow=false", "resume=false", f"run_id=bench-warm-{sample}-{n}"], llm=llm)
             times.append(time.perf_counter() - t0)
-    out["warm"] = {"sample": sample, "preset": preset, "cold_s": round(times[0], 1), "warm_s": round(times[1], 1),
+    out["warm"] = {"sample": sample, "preset": preset, "overrides": EXTRA, "cold_s": round(times[0], 1), "warm_s": round(times[1], 1),
                    "warm_over_cold": round(times[1] / times[0], 4),
                    "note": "cold = fresh cache dir (embedding, store, LLM reply caches empty); the local server start is excluded"}
     print(json.dumps(out["warm"]), flush=True)
@@ -113,7 +116,7 @@ def response_format(out: dict, sample: str, preset: str) -> None:
                          "f1_cat5": m.get("f1_cat5"), "all_honest": m.get("all_honest"),
                          "answer_words_mean": m.get("answer_words_mean"), "reader_errors": r.n_errors})
             print(json.dumps(rows[-1]), flush=True)
-    out["response_format"] = {"sample": sample, "preset": preset, "rows": rows}
+    out["response_format"] = {"sample": sample, "preset": preset, "overrides": EXTRA, "rows": rows}
 
 
 def main() -> None:
@@ -122,10 +125,14 @@ def main() -> None:
     ap.add_argument("--sample", default="small")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--preset", default="omni")
+    ap.add_argument("--budget", type=int, default=None, help="memory.pyramid.budget_tokens for the LLM parts "
+                    "(the 1.5B CPU model reads ~50-70 prompt tokens/s, so B=6000 costs ~1 min per question)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     from memsys.paths import runs_dir
 
+    if a.budget:
+        EXTRA.append(f"memory.pyramid.budget_tokens={a.budget}")
     path = Path(a.out) if a.out else runs_dir() / "bench" / "eval.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     if "quality" in a.parts:

@@ -41,6 +41,7 @@ degraded the metric). One loop per reader mode, so two baselines.
 
 from __future__ import annotations
 
+from research.workspace import make_scratch_repo
 import argparse
 import json
 import os
@@ -64,7 +65,6 @@ from research.proposers.llm import PROMPTS  # noqa: E402
 from tests.support.openai_server import OpenAITestServer, Reply  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 MERGE = "memsys/retrieve/merge.py"
 SCORER = "benchmarks/metrics/locomo.py"
 TOP = "from __future__ import annotations\n"  # once, at the top of merge.py
@@ -178,22 +178,6 @@ def _git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args], cwd=repo,
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
-
-
-def make_repo(dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in COPIED:
-        p = REPO / name
-        if p.is_dir():
-            shutil.copytree(p, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(p, dest / name)
-    (dest / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
-    _git(dest, "init", "-q", "-b", "main")
-    _git(dest, "add", "-A")
-    _git(dest, "commit", "-q", "-m", "initial")
-    return dest
 
 
 def run_group(group: str, items: list[Injection], repo: Path, server: OpenAITestServer, script: Script,
@@ -316,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[str, Any] = {}
     script = Script()
     try:
-        repo = make_repo(work / "repo")
+        repo = make_scratch_repo(work / "repo")
         with OpenAITestServer(script) as server:
             for group in ("none", "llm"):
                 items = [inj for rep in range(args.n) for inj in injections(rep)

@@ -15,34 +15,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from memsys.paths import REPO_ROOT, runs_dir
+from memsys.paths import REPO_ROOT
 
-COPY = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 
 
 def scratch_repo() -> Path:
     """A throwaway git repo with the project's code (the loop edits it, not this checkout)."""
-    root = Path(tempfile.mkdtemp(prefix="memsys-bench-loop-")) / "repo"
-    root.mkdir(parents=True)
-    for name in COPY:
-        src = REPO_ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, root / name)
-    (root / ".gitignore").write_text("runs/\n__pycache__/\n")
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=root, check=True)
-    return root
+    from research.workspace import make_scratch_repo
+
+    return make_scratch_repo(Path(tempfile.mkdtemp(prefix="memsys-bench-loop-")) / "repo")
 
 
 def run_loop(overrides: list[str], run_id: str) -> tuple[list, float]:

@@ -24,6 +24,7 @@ original run builds it (and the replay then starts warm).
 
 from __future__ import annotations
 
+from research.workspace import make_scratch_repo
 import argparse
 import json
 import os
@@ -38,7 +39,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 PRESET = "configs/memory/naive.yaml"
 #: metrics that measure time or money, not the memory system
 VOLATILE = {"wall_s", "seconds_per_question", "cost_usd"}
@@ -60,19 +60,6 @@ PROPOSALS: list[dict[str, Any]] = [
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", *args], cwd=repo,
                           capture_output=True, text=True, check=True).stdout.strip()
-
-
-def make_repo(dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    dest.mkdir(parents=True)
-    for name in COPIED:
-        p = REPO_ROOT / name
-        (shutil.copytree(p, dest / name, ignore=ignore) if p.is_dir() else shutil.copy2(p, dest / name))
-    (dest / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
-    _git(dest, "init", "-q", "-b", "main")
-    _git(dest, "add", "-A")
-    _git(dest, "commit", "-q", "-m", "bench_replay base")
-    return dest
 
 
 def opener_for(server: Any):
@@ -109,7 +96,7 @@ def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
         from tests.support.openai_server import OpenAITestServer, Reply
 
         warm = 0.0 if cold else warm_up(sample)
-        repo = make_repo(tmp / "repo")
+        repo = make_scratch_repo(tmp / "repo")
         setup = load_run_setup([
             "reader=none", f"sample={sample}", "mlflow=false", "research.sandbox.backend=process",
             f"research.repo={repo}", "research.proposer=llm", f"research.budget.experiments={len(PROPOSALS)}",

@@ -15,8 +15,6 @@ exp-004  reader endpoint answers 403         -> auth, infrastructure          ->
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,8 @@ import pytest
 
 from research.config import load_run_setup
 from research.loop import ResearchLoop
+from research.workspace import make_scratch_repo
+from tests.support.loop import git
 from research.proposers.llm import PROMPTS
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, read_trajectory
@@ -33,8 +33,6 @@ from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
 
-MAIN = Path(__file__).resolve().parents[2]
-COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 MERGE = "memsys/retrieve/merge.py"
 TOP = "from __future__ import annotations\n"
 SEARCH_PATH = "    order = [pos for pos, _ in dense]\n"  # inside merge_set_union (naive: dense_only calls it)
@@ -116,32 +114,10 @@ class Run:
         return self.records[index]
 
 
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
-def make_repo(dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in COPIED:
-        p = MAIN / name
-        if p.is_dir():
-            shutil.copytree(p, dest / name, ignore=ignore)
-        else:
-            shutil.copy2(p, dest / name)
-    (dest / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "initial")
-    return dest
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("healing")
-    repo = make_repo(tmp / "repo")
+    repo = make_scratch_repo(tmp / "repo")
     script = Script([RUNTIME, DEPENDENCY, TIMEOUT, AUTH])
     with pytest.MonkeyPatch.context() as mp, OpenAITestServer(script) as server:
         # MEMSYS_CACHE_DIR stays the session cache of tests/conftest.py (stores built once)

@@ -7,27 +7,22 @@ HTTP to :class:`OpenAITestServer`. Only the researcher's replies are scripted.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
-import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-from memsys.llm.client import LLMClient
 from research.config import load_run_setup
 from research.loop import ResearchLoop
 from research.state import LoopState
 from research.trajectory import read_trajectory
+from research.workspace import make_scratch_repo
+from tests.support.loop import git, scripted_opener
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
 
-MAIN = Path(__file__).resolve().parents[2]
-COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 SCORER = "benchmarks/metrics/locomo.py"
 
 IMPROVE = {
@@ -54,36 +49,9 @@ FORBIDDEN = {
 }
 
 
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def template_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's sources, copied once per module (each test clones it)."""
-    src = tmp_path_factory.mktemp("template") / "repo"
-    src.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in COPIED:
-        p = MAIN / name
-        if p.is_dir():
-            shutil.copytree(p, src / name, ignore=ignore)
-        else:
-            shutil.copy2(p, src / name)
-    return src
-
-
 @pytest.fixture
-def repo(tmp_path: Path, template_repo: Path) -> Path:
-    r = tmp_path / "repo"
-    shutil.copytree(template_repo, r)
-    (r / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
-    git(r, "init", "-q", "-b", "main")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "initial")
-    return r
+def repo(tmp_path: Path) -> Path:
+    return make_scratch_repo(tmp_path / "repo")
 
 
 @pytest.fixture
@@ -101,14 +69,7 @@ def server() -> Iterator[OpenAITestServer]:
         yield srv
 
 
-def opener_for(server: OpenAITestServer):
-    @contextmanager
-    def opener(cfg: Any, *, budget: Any = None, **_: Any) -> Iterator[LLMClient]:
-        c = dataclasses.replace(cfg, backend="openai", base_url=server.base_url, cache=False, max_retries=0,
-                                timeout_s=30.0)
-        with LLMClient(c, budget=budget) as client:
-            yield client
-    return opener
+opener_for = scripted_opener
 
 
 def make_setup(repo: Path, experiments: int):

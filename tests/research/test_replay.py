@@ -21,13 +21,10 @@ Recorded run (module fixture, 4 evaluations):
 from __future__ import annotations
 
 import base64
-import dataclasses
 import io
 import json
-import re
 import shutil
-import subprocess
-from contextlib import contextmanager
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Iterator
@@ -35,7 +32,6 @@ from typing import Any, Iterator
 import pytest
 from PIL import Image
 
-from memsys.llm.client import LLMClient
 from research.config import load_run_setup
 from research.errors import RunStateError
 from research.loop import ResearchLoop
@@ -43,10 +39,11 @@ from research.replay import replay_run
 from research.report import write_report
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, read_trajectory
+from research.workspace import make_scratch_repo
+from tests.support.loop import git, scripted_opener
 from tests.support.openai_server import OpenAITestServer, Reply
 
 MAIN = Path(__file__).resolve().parents[2]
-COPIED = ("memsys", "benchmarks", "research", "sandbox", "configs", "pyproject.toml")
 PRESET = "configs/memory/naive.yaml"
 SCORER = "benchmarks/metrics/locomo.py"
 SCHEMA = json.loads((MAIN / "research" / "trajectory.schema.json").read_text(encoding="utf-8"))
@@ -96,21 +93,7 @@ EVALUATED = ("exp-000", "exp-001", "exp-002", "exp-003", "exp-004")
 
 
 # --------------------------------------------------------------------------- helpers
-def git(repo: Path, *args: str) -> str:
-    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip()
-
-
-def opener_for(server: OpenAITestServer):
-    """The loop's own client (the researcher) on the scripted server, cache off."""
-    @contextmanager
-    def opener(cfg: Any, *, budget: Any = None, **_: Any) -> Iterator[LLMClient]:
-        c = dataclasses.replace(cfg, backend="openai", base_url=server.base_url, cache=False, max_retries=0,
-                                timeout_s=30.0)
-        with LLMClient(c, budget=budget) as client:
-            yield client
-    return opener
+opener_for = scripted_opener
 
 
 def make_setup(repo: Path, experiments: int, *extra: str):
@@ -230,20 +213,7 @@ class Page(HTMLParser):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's sources in a fresh git repo (one per module: several runs share it)."""
-    r = tmp_path_factory.mktemp("replay") / "repo"
-    r.mkdir()
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for name in COPIED:
-        p = MAIN / name
-        if p.is_dir():
-            shutil.copytree(p, r / name, ignore=ignore)
-        else:
-            shutil.copy2(p, r / name)
-    (r / ".gitignore").write_text("runs/\n__pycache__/\n", encoding="utf-8")
-    git(r, "init", "-q", "-b", "main")
-    git(r, "add", "-A")
-    git(r, "commit", "-q", "-m", "initial")
-    return r
+    return make_scratch_repo(tmp_path_factory.mktemp("replay") / "repo")
 
 
 @pytest.fixture(scope="module")
