@@ -50,15 +50,16 @@ if __package__ in (None, ""):  # run as a file: make the repo root importable
 import numpy as np  # noqa: E402
 
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
-from memsys.ingest.text_gate import jaccard, word_set  # noqa: E402
+from memsys.ingest.text_gate import word_set  # noqa: E402
 from memsys.media import MediaReport, context_to_content_parts, ingest_audio, ingest_image, ingest_video  # noqa: E402
 from memsys.media.gates import CrossModalGate  # noqa: E402
 from memsys.media.image import encode_jpeg  # noqa: E402
 from memsys.media.video import sample_frames, write_test_video  # noqa: E402
 from memsys.memory import Memory  # noqa: E402
 from memsys.paths import data_dir, runs_dir  # noqa: E402
-from memsys.records import Modality, Turn  # noqa: E402
+from memsys.records import Turn  # noqa: E402
 from memsys.tokens import count_tokens  # noqa: E402
+from tests.support.media import scene as synthetic_scene  # the same synthetic photos as the tests
 
 SENTENCES = [
     "The meeting starts at nine tomorrow morning.",
@@ -76,19 +77,6 @@ SENTENCES = [
 ]
 
 
-def synthetic_scene(seed: int, size=(320, 240)):
-    """A synthetic 'photo': coloured background with random rectangles and ellipses."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    im = Image.new("RGB", size, tuple(int(x) for x in rng.integers(0, 256, 3)))
-    draw = ImageDraw.Draw(im)
-    for _ in range(12):
-        x0, y0 = int(rng.integers(0, size[0])), int(rng.integers(0, size[1]))
-        w, h = (int(v) for v in rng.integers(20, 140, 2))
-        shape = draw.rectangle if rng.integers(0, 2) else draw.ellipse
-        shape([x0, y0, x0 + w, y0 + h], fill=tuple(int(x) for x in rng.integers(0, 256, 3)))
-    return im
 
 
 def _bytes(im, fmt="PNG", **kw) -> bytes:

@@ -235,6 +235,15 @@ def llm_captioner(client: Any, prompt: str = "Describe this image in one or two 
 
 
 # ----------------------------------------------------------------------------- images
+def _already_stored(st: Any, sha: str, item: "MediaItemReport", report: "MediaReport | None") -> bool:
+    """Identical bytes are stored once: report the duplicate (call with ``st.lock`` held)."""
+    if sha not in st.seen_sha:
+        return False
+    item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
+    _finish(report, item)
+    return True
+
+
 def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = None, *,
                  timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
                  image_id: str | None = None, speaker: str | None = None, source_id: str | None = None,
@@ -255,9 +264,7 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
         sha = sha256_bytes(data)
         st = media_state(memory)
         with st.lock:
-            if sha in st.seen_sha:
-                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
-                _finish(report, item)
+            if _already_stored(st, sha, item, report):
                 return None
             mid = id or f"img-{sha[:16]}"
             if mid in memory.store.positions:
@@ -355,9 +362,7 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
         sha = sha256_bytes(data)
         st = media_state(memory)
         with st.lock:
-            if sha in st.seen_sha:
-                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
-                _finish(report, item)
+            if _already_stored(st, sha, item, report):
                 return []
         clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
         item.notes.extend(clip.notes)
@@ -447,9 +452,7 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
         sha = sha256_bytes(data)
         st = media_state(memory)
         with st.lock:
-            if sha in st.seen_sha:
-                item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
-                _finish(report, item)
+            if _already_stored(st, sha, item, report):
                 return []
             enc = st.encoder_for(memory, encoder)
         gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, 1, keep_uncertain=False)

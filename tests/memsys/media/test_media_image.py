@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw, ImageEnhance
+from PIL import Image, ImageEnhance
 
 from memsys.config import EmbedderConfig, MediaConfig, MemoryConfig
 from memsys.errors import ConfigError, MissingDependencyError, ModelError
@@ -21,19 +21,9 @@ from memsys.media.image import decode_image
 from memsys.media.ingest import ImageItem, load_image_vector
 from memsys.memory import Memory
 from memsys.records import Modality
+from tests.support.media import scene
 
 
-def scene(seed: int, size=(320, 240)) -> Image.Image:
-    """A synthetic 'photo': coloured background with random rectangles and ellipses."""
-    rng = np.random.default_rng(seed)
-    im = Image.new("RGB", size, tuple(int(x) for x in rng.integers(0, 256, 3)))
-    draw = ImageDraw.Draw(im)
-    for _ in range(12):
-        x0, y0 = int(rng.integers(0, size[0])), int(rng.integers(0, size[1]))
-        w, h = (int(v) for v in rng.integers(20, 140, 2))
-        shape = draw.rectangle if rng.integers(0, 2) else draw.ellipse
-        shape([x0, y0, x0 + w, y0 + h], fill=tuple(int(x) for x in rng.integers(0, 256, 3)))
-    return im
 
 
 def to_bytes(im: Image.Image, fmt: str = "PNG", **kw) -> bytes:

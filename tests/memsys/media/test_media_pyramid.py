@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from memsys.config import MemoryConfig, PyramidConfig
 from memsys.media import context_to_content_parts, ingest_audio, ingest_image, ingest_video
 from memsys.media.video import write_test_video
 from memsys.memory import Memory
 from memsys.records import Modality, Turn
+from tests.support.media import scene
 
 pytest.importorskip("av")
 
@@ -28,16 +29,6 @@ QUERIES = ["kite on the beach", "what did the harbour look like", "the meeting t
 BUDGETS = [0, 15, 60, 200, 766, 900, 1200, 1600, 2500, 4000, 6000]
 
 
-def scene(seed: int, size=(320, 240)) -> Image.Image:
-    rng = np.random.default_rng(seed)
-    im = Image.new("RGB", size, tuple(int(x) for x in rng.integers(0, 256, 3)))
-    draw = ImageDraw.Draw(im)
-    for _ in range(12):
-        x0, y0 = int(rng.integers(0, size[0])), int(rng.integers(0, size[1]))
-        w, h = (int(v) for v in rng.integers(20, 140, 2))
-        shape = draw.rectangle if rng.integers(0, 2) else draw.ellipse
-        shape([x0, y0, x0 + w, y0 + h], fill=tuple(int(x) for x in rng.integers(0, 256, 3)))
-    return im
 
 
 def png(im: Image.Image) -> bytes:

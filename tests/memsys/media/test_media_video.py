@@ -8,27 +8,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from memsys.config import EmbedderConfig, MemoryConfig
 from memsys.media import MediaInputError, MediaReport, ingest_files, ingest_video
 from memsys.media.video import write_test_video
 from memsys.memory import Memory
 from memsys.records import LinkKind, Modality
+from tests.support.media import scene as synthetic_scene
 
 pytest.importorskip("av")
 
 
 def scene(seed: int, size=(320, 240)) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    im = Image.new("RGB", size, tuple(int(x) for x in rng.integers(0, 256, 3)))
-    draw = ImageDraw.Draw(im)
-    for _ in range(12):
-        x0, y0 = int(rng.integers(0, size[0])), int(rng.integers(0, size[1]))
-        w, h = (int(v) for v in rng.integers(20, 140, 2))
-        shape = draw.rectangle if rng.integers(0, 2) else draw.ellipse
-        shape([x0, y0, x0 + w, y0 + h], fill=tuple(int(x) for x in rng.integers(0, 256, 3)))
-    return np.asarray(im)
+    return np.asarray(synthetic_scene(seed, size))
 
 
 def make_memory(tmp_path: Path, **media) -> Memory:
