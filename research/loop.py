@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -24,24 +23,20 @@ from research.config import RunSetup, run_setup_from_dict
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
 from research.evaluate import EvalOutcome, EvalRequest, evaluate
-from research.failures import Failure, FailureClass, classify_exception
+from research.failures import FailureClass, classify_exception
 from research.healing import edits_without_import, plan_heal
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
+from research.context import build_context
+from research.tracking import finish_parent_run, log_experiment, numeric, start_parent_run
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
-CONTEXT_FILES = ("memsys/answer/prompts/default/constraints.txt", "memsys/retrieve/merge.py",
-                 "memsys/retrieve/pyramid.py", "memsys/ingest/text_gate.py")
 
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
-
-
-def numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 class ResearchLoop:
@@ -256,8 +251,6 @@ class ResearchLoop:
     def _network(self) -> str:
         if self.setup.eval.eval.reader != "llm":
             return "none"
-        from memsys.llm.client import is_loopback
-
         # bwrap's new network namespace has its own loopback, which cannot reach the loop's
         # local LLM server on the host's 127.0.0.1, so a reader needs the host network.
         return "host"
@@ -553,139 +546,19 @@ class ResearchLoop:
         self._mlflow_child(rec)
         self.on_event("experiment", {"record": rec, "best": st.best_value})
 
-    # ------------------------------------------------------------------ context for the researcher
+    # ------------------------------------------------------------------ researcher context, tracking
     def _context(self) -> ResearchContext:
-        st = self.state
-        import git
-        from omegaconf import OmegaConf
+        return build_context(self.state, self.records, self.setup, self.preset, self.run_dir)
 
-        from memsys.config import MemoryConfig
-        from memsys.tokens import count_tokens
-
-        repo = git.Repo(st.repo)
-        def show(path: str) -> str | None:
-            try:
-                return repo.git.show(f"{st.best_commit}:{path}")
-            except git.GitCommandError:
-                return None
-        preset_text = show(f"configs/memory/{self.preset}.yaml") or ""
-        preset_cfg = OmegaConf.create(preset_text or "{}")
-        preset_cfg.pop("defaults", None)  # Hydra's defaults list, not a memory setting
-        knobs_cfg = OmegaConf.merge(OmegaConf.structured(MemoryConfig), preset_cfg)
-        knobs = OmegaConf.to_yaml(knobs_cfg)
-        budget = self.setup.research.loop.context_budget_tokens
-        files: dict[str, str] = {}
-        used = count_tokens(knobs)
-        rotation = list(CONTEXT_FILES)
-        random.Random(st.next_index).shuffle(rotation[1:])
-        for p in rotation:
-            text = show(p)
-            if text is None:
-                continue
-            n = count_tokens(text)
-            if used + n > budget:
-                continue
-            files[p] = text
-            used += n
-        return ResearchContext(self.setup.eval.objective, st.best_value or 0.0, self.records, st.mode,
-                               st.current_hypothesis, self._failed_questions(), files, knobs, self.preset,
-                               self._diagnosis())
-
-    def _diagnosis(self) -> str:
-        """Where the last evaluated experiment differed from the best (when it did not win)."""
-        from research.diagnosis import diagnose, read_rows
-
-        last = next((r for r in reversed(self.records) if r.eval_run_id and r.index > 0), None)
-        if last is None or last.decision == "proceed":
-            return ""
-        new_dir = self.run_dir / "evals" / last.experiment_id / last.eval_run_id
-        return diagnose(read_rows(self.state.best_eval_dir), read_rows(new_dir)).render()
-
-    def _failed_questions(self) -> list[dict[str, Any]]:
-        st = self.state
-        if not st.best_eval_dir:
-            return []
-        path = Path(st.best_eval_dir) / "predictions.jsonl"
-        if not path.exists():
-            return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            score = (r.get("scores") or {}).get("f1")
-            if score is not None and score < 0.5:
-                rows.append(r)
-        random.Random(st.next_index).shuffle(rows)
-        return rows[: self.setup.research.loop.failed_questions_shown]
-
-    # ------------------------------------------------------------------ MLflow
     def _mlflow_parent(self) -> None:
-        if not self.setup.eval.eval.mlflow or self.state.mlflow_parent_run_id:
-            return
-        try:
-            from mlflow.tracking import MlflowClient
-
-            from benchmarks.tracking import setup_mlflow
-
-            exp = setup_mlflow(self.setup.eval.eval.mlflow_experiment)
-            run = MlflowClient().create_run(exp, run_name=self.run_id, tags={
-                "kind": "optimization", "run_id": self.run_id, "proposer": self.setup.research.proposer,
-                "benchmark": self.setup.eval.benchmark.name, "split": self.setup.eval.eval.split,
-                "base_commit": self.state.base_commit, "llm_model": self.setup.eval.llm.model})
-            self.state.mlflow_parent_run_id = run.info.run_id
+        if self.setup.eval.eval.mlflow and not self.state.mlflow_parent_run_id:
+            self.state.mlflow_parent_run_id = start_parent_run(self.setup, self.run_id, self.state.base_commit)
             self.state.save(self.run_dir)
-        except Exception as exc:  # tracking must never stop the research
-            log.warning("MLflow parent run not created: %s", exc)
 
     def _mlflow_child(self, rec: ExperimentRecord) -> None:
-        pid = self.state.mlflow_parent_run_id
-        if not pid:
-            return
-        try:
-            from mlflow.tracking import MlflowClient
-
-            c = MlflowClient()
-            if rec.best_before is not None or rec.decision == "baseline":
-                c.log_metric(pid, "best_objective", float(self.state.best_value or 0.0), step=rec.index)
-            exp = c.get_run(pid).info.experiment_id
-            run_id = c.create_run(exp, run_name=f"{self.run_id}-{rec.experiment_id}",
-                                  tags={"mlflow.parentRunId": pid}).info.run_id
-            for k, v in numeric(rec.metrics).items():
-                c.log_metric(run_id, k.replace("@", "_at_"), v)
-            if rec.eval_run_id:
-                eval_dir = self.run_dir / "evals" / rec.experiment_id / rec.eval_run_id
-                for name in ("predictions.jsonl", "metrics.json", "table.txt"):
-                    if (eval_dir / name).exists():
-                        c.log_artifact(run_id, str(eval_dir / name))
-            c.set_terminated(run_id, status="FAILED" if rec.decision in ("failed", "rejected") else "FINISHED")
-            rec.mlflow_run_id = run_id
-            for k, v in {"discovery_type": rec.discovery_type or "none", "decision": rec.decision,
-                         "commit": rec.commit or "", "branch": rec.branch or "", "experiment": rec.experiment_id,
-                         "proposer": rec.proposer, "failure": (rec.failure or {}).get("cls", "")}.items():
-                c.set_tag(run_id, k, v)
-            if rec.delta is not None:
-                c.log_metric(run_id, "delta", rec.delta)
-            c.log_text(run_id, rec.diff or "(no diff)", "diff.patch")
-            c.log_text(run_id, json.dumps({"hypothesis": rec.hypothesis, "discovery_type": rec.discovery_type,
-                                           "edits": rec.edits, "config_overrides": rec.config_overrides},
-                                          indent=2), "proposal.json")
-        except Exception as exc:
-            log.warning("MLflow child logging failed for %s: %s", rec.experiment_id, exc)
+        if self.state.mlflow_parent_run_id:
+            log_experiment(self.state, rec, self.run_dir, self.run_id)
 
     def _mlflow_finish(self) -> None:
-        pid = self.state.mlflow_parent_run_id
-        if not pid:
-            return
-        try:
-            from mlflow.tracking import MlflowClient
-
-            from research.taxonomy import taxonomy_table
-
-            c = MlflowClient()
-            c.log_text(pid, json.dumps([asdict(r) for r in taxonomy_table(self.records)], indent=2, default=str), "taxonomy.json")
-            if self.state.status != "running":
-                c.set_terminated(pid, status="FINISHED" if self.state.status == "finished" else "KILLED")
-        except Exception as exc:
-            log.warning("MLflow summary not logged: %s", exc)
+        if self.state.mlflow_parent_run_id:
+            finish_parent_run(self.state, self.records)
