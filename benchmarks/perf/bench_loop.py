@@ -69,7 +69,7 @@ def main() -> None:
     os.environ.setdefault("MEMSYS_RUNS_DIR", str(repo.parent / "runs"))
     base = [f"research.repo={repo}", f"reader={a.reader}", f"sample={a.sample}", "mlflow=false",
             f"research.budget.experiments={a.experiments}", f"research.sandbox.backend={a.sandbox}",
-            "research.loop.smoke_sample=null"]
+            "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900"]  # fits a 4k local model
     out_path = REPO_ROOT / "runs" / "bench" / "loop.json"
     out = json.loads(out_path.read_text()) if out_path.exists() else {}
     stamp = time.strftime("%H%M%S")
