@@ -71,6 +71,7 @@ class MediaConfig:
     video_max_frames: int = 3600  # sampled frames per video, at most
     keyframe_max_side: int = 512  # keyframes are downscaled to this longest side (pixels)
     keyframe_jpeg_quality: int = 85
+    video_audio: bool = True  # a video's soundtrack: speech segments become audio MAUs linked to their scene
     vad_threshold: float = 0.5  # Silero speech probability above this: speech
     silence_energy: float = 0.01  # RMS (full scale 1.0) below this: silence
     min_speech_ms: int = 500  # shorter speech segments are "uncertain"

@@ -32,6 +32,10 @@ class LoopConfig:
     smoke_sample: str | None = "tiny"
     max_repairs: int = 3
     local_fallback: bool = True  # heal auth failures of a remote endpoint by switching to the embedded model
+    # a proposal that repeats an evaluated change is sent back this many times, sampled at this
+    # temperature (a deterministic small model returns the same reply to the same question)
+    duplicate_reasks: int = 2
+    duplicate_temperature: float = 0.8
     failed_questions_shown: int = 5
     context_budget_tokens: int = 2500
 

@@ -49,6 +49,7 @@ class FailureClass(StrEnum):
     FORMAT_MISMATCH = "format_mismatch"
     INVALID_METRIC = "invalid_metric"
     FORBIDDEN_EDIT = "forbidden_edit"
+    IDENTICAL_CONDITIONS = "identical_conditions"
     INFRASTRUCTURE = "infrastructure"
     UNKNOWN = "unknown"
 
@@ -87,6 +88,9 @@ POLICIES: dict[FailureClass, FailurePolicy] = {
     FailureClass.FORBIDDEN_EDIT: FailurePolicy(
         "high", False, "Revert the edit: only the mutable surface may change; the scorer, data and "
         "results are read-only."),
+    FailureClass.IDENTICAL_CONDITIONS: FailurePolicy(
+        "low", False, "The proposal repeats a change already evaluated from the same commit: re-ask for a "
+        "different one (at a higher temperature); if it repeats again, skip it without evaluating."),
     FailureClass.INFRASTRUCTURE: FailurePolicy(
         "fatal", True, "Our side (sandbox, disk, dataset, budget): do not charge the experiment; fix the "
         "environment, then resume."),

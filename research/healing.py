@@ -42,6 +42,8 @@ def plan_heal(failure: Failure, attempt: int, *, max_repairs: int, remote_llm: b
         if "retry" in tried:
             return HealAction("give_up", "failed again after a retry")
         return HealAction("retry", "transient or output-format failure: retry once")
+    if c == FailureClass.IDENTICAL_CONDITIONS:
+        return HealAction("give_up", "identical_conditions are healed before evaluation (re-asked, then skipped)")
     return HealAction("give_up", f"no targeted fix for {c.value}")
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from memsys.errors import MemsysError
+from memsys.errors import LLMAuthError, MemsysError
 from memsys.paths import REPO_ROOT, runs_dir
 from memsys.store.atomic import atomic_write_json
 from research import decide as D
@@ -23,7 +23,7 @@ from research.config import RunSetup, run_setup_from_dict
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
 from research.evaluate import EvalOutcome, EvalRequest, evaluate
-from research.failures import FailureClass, classify_exception
+from research.failures import FailureClass, classify_exception, one_line
 from research.healing import edits_without_import, plan_heal
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.state import LoopState
@@ -315,7 +315,7 @@ class ResearchLoop:
         ctx = self._context()
         self.on_event("propose", {"experiment": exp_id, "proposer": proposer.name, "mode": st.mode})
         try:
-            prop = proposer.propose(ctx)
+            prop = self._propose(proposer, ctx, rec)
         except (ProposalFormatError, MemsysError) as exc:
             rec.durations["propose_s"] = time.perf_counter() - t_start
             rec.failure = classify_exception(exc).to_dict() | {"stage": "propose"}
@@ -323,19 +323,10 @@ class ResearchLoop:
             self._count_failure(rec)
             return self._finish(rec)
         dup = self._already_tried(prop)
-        if dup is not None and proposer.name == "llm":
-            # small models repeat themselves: say so once, with what was tried
-            try:
-                again = proposer.repair(ctx, prop, f"this exact change was already tried from the current best "
-                                        f"commit ({dup}) and did not improve {self.setup.eval.objective}; propose a "
-                                        "different change (other keys, other values, or a code edit)", "")
-            except MemsysError:
-                again = None
-            if again is not None:
-                rec.healing.append({"attempt": 0, "action": "duplicate_proposal", "reason": f"repeats {dup}",
-                                    "result": "re-asked"})
-                again.tokens += prop.tokens
-                prop = again
+        if dup is not None:
+            prop, dup = self._reask_duplicate(proposer, ctx, prop, dup, rec)
+        if dup is not None:
+            return self._reject_identical(rec, prop, proposer, dup, "propose", t_start)
         t_prop = time.perf_counter()
         rec.durations["propose_s"] = t_prop - t_start
         self._take_proposal(rec, prop)
@@ -351,11 +342,19 @@ class ResearchLoop:
                     prop2 = None
                     error = exc
                 if prop2 is not None:
+                    resend: dict[str, Any] = {"attempt": 1, "action": "resend_edit"}
+                    rec.healing.append(resend)
+                    dup = self._already_tried(prop2)
+                    if dup is not None:  # the resent change can be a repeat as well
+                        prop2, dup = self._reask_duplicate(proposer, ctx, prop2, dup, rec)
+                    if dup is not None:
+                        resend["result"] = f"repeats {dup}"
+                        return self._reject_identical(rec, prop2, proposer, dup, "apply", t_start)
                     self._reset_worktree(wt)
                     self._take_proposal(rec, prop2)
                     prop = prop2
                     edited, error = self._apply(wt, prop)
-                    rec.healing.append({"attempt": 1, "action": "resend_edit", "result": "ok" if error is None else str(error)})
+                    resend["result"] = "ok" if error is None else str(error)
             rec.commit = self.ws.commit(wt, f"{exp_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
             rec.diff, rec.diff_stats = self.ws.diff(st.best_commit, rec.commit)
             if error is not None:
@@ -370,6 +369,16 @@ class ResearchLoop:
                 proposer.observe(prop, None)
                 return self._finish(rec)
             rec.durations["apply_s"] = time.perf_counter() - t_prop
+            if not rec.diff.strip():
+                # every change was already in place (e.g. an override to the preset's own value)
+                from research.failures import _failure
+
+                rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, "the edits leave the best commit unchanged "
+                                       "(empty diff); skipped without evaluating", code_changed=True).to_dict() | {"stage": "apply"}
+                rec.decision = "rejected"
+                self._count_failure(rec)
+                proposer.observe(prop, st.best_value)
+                return self._finish(rec)
             outcome = self._evaluate_with_healing(rec, wt, prop, proposer, ctx, edited)
         finally:
             self.ws.remove(wt.path)
@@ -406,15 +415,85 @@ class ResearchLoop:
             st.mode, st.current_hypothesis = "iterate", prop.hypothesis
         self._finish(rec)
 
+    def _reject_identical(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, dup: str, stage: str,
+                          t_start: float) -> None:
+        """Identical conditions: evaluating them again would only re-measure noise."""
+        from research.failures import _failure
+
+        rec.durations.setdefault("propose_s", time.perf_counter() - t_start)
+        self._take_proposal(rec, prop)
+        rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, f"proposal repeats {dup} (same changes, same "
+                               "parent commit); skipped without evaluating", code_changed=True).to_dict() | {"stage": stage}
+        rec.decision = "rejected"
+        self._count_failure(rec)
+        earlier = next(r for r in self.records if r.experiment_id == dup)
+        proposer.observe(prop, earlier.objective_value)  # a sampler learns the known value
+        self._finish(rec)
+
+    def _propose(self, proposer: Proposer, ctx: ResearchContext, rec: ExperimentRecord) -> Proposal:
+        """One proposal; a remote researcher whose key is refused (the paper's 403) is
+        switched to the embedded model once and asked again, as evaluations are."""
+        try:
+            return proposer.propose(ctx)
+        except LLMAuthError as exc:
+            remote = self.setup.eval.llm.backend != "local"
+            if not (remote and self.setup.research.loop.local_fallback and hasattr(proposer, "llm")):
+                raise
+            entry = {"attempt": 0, "action": "switch_local_llm", "stage": "propose", "failure": "auth",
+                     "reason": one_line(str(exc))}
+            rec.healing.append(entry)
+            entry["result"] = self._switch_to_local()
+            if self.setup.eval.llm.backend != "local":  # the switch itself failed
+                raise
+            return proposer.propose(ctx)
+
+    def _tried_from_best(self) -> list[ExperimentRecord]:
+        """Experiments whose parent is the current best commit, except those that failed on our
+        side (an endpoint or sandbox fault says nothing about the change: repeating it is fair)."""
+        return [r for r in self.records if r.index > 0 and r.parent_commit == self.state.best_commit
+                and (r.config_overrides or r.edits) and not (r.failure or {}).get("is_infrastructure")]
+
+    @staticmethod
+    def _signature(overrides: list[str], edits: list[tuple[str, str, str]]) -> tuple:
+        return tuple(sorted(o.replace(" ", "") for o in overrides)), tuple(edits)
+
     def _already_tried(self, prop: Proposal) -> str | None:
         """The experiment id that applied exactly these changes to the current best commit, if any."""
-        sig = (tuple(sorted(prop.config_overrides)), tuple((e.path, e.search, e.replace) for e in prop.edits))
-        for r in self.records:
-            if r.index > 0 and r.parent_commit == self.state.best_commit:
-                rsig = (tuple(sorted(r.config_overrides)), tuple((e["path"], e["search"], e["replace"]) for e in r.edits))
-                if rsig == sig:
-                    return r.experiment_id
+        sig = self._signature(prop.config_overrides, [(e.path, e.search, e.replace) for e in prop.edits])
+        for r in self._tried_from_best():
+            if self._signature(r.config_overrides, [(e["path"], e["search"], e["replace"]) for e in r.edits]) == sig:
+                return r.experiment_id
         return None
+
+    def _reask_duplicate(self, proposer: Proposer, ctx: ResearchContext, prop: Proposal, dup: str,
+                         rec: ExperimentRecord) -> tuple[Proposal, str | None]:
+        """Send a repeated proposal back (bounded), sampled at a higher temperature; returns the
+        last proposal and the experiment it still repeats (None once it is new)."""
+        lc = self.setup.research.loop
+        for attempt in range(lc.duplicate_reasks):
+            done = {r.experiment_id: r for r in self.records}[dup]
+            outcome = (f"{self.setup.eval.objective} {done.objective_value:.4f}, decision {done.decision}"
+                       if done.objective_value is not None else f"decision {done.decision}")
+            tried = [("; ".join(r.config_overrides) or "") + (f" + {len(r.edits)} code edit(s) ({r.hypothesis[:80]})"
+                                                            if r.edits else "") for r in self._tried_from_best()]
+            entry = {"attempt": attempt, "action": "duplicate_proposal", "reason": f"repeats {dup}"}
+            rec.healing.append(entry)
+            try:
+                again = proposer.reconsider(ctx, prop, dup, outcome, tried, lc.duplicate_temperature)
+            except MemsysError as exc:
+                entry["result"] = f"re-ask failed: {one_line(str(exc))}"
+                return prop, dup
+            if again is None:
+                entry["result"] = f"{proposer.name} cannot be re-asked"
+                return prop, dup
+            again.tokens += prop.tokens
+            again.cost_usd += prop.cost_usd
+            prop = again
+            dup = self._already_tried(prop)
+            entry["result"] = "new proposal" if dup is None else f"repeats {dup} again"
+            if dup is None:
+                break
+        return prop, dup
 
     def _take_proposal(self, rec: ExperimentRecord, prop: Proposal) -> None:
         rec.hypothesis, rec.discovery_type, rec.expected_effect = prop.hypothesis, prop.discovery_type, prop.expected_effect

@@ -11,10 +11,15 @@ Measures, per conversation (one memory store per conversation, as the runner doe
   surface forms, how many collapsed, 10 merge examples, time;
 - query-time augmentation on the conversation's questions: latency, how many
   questions get a seed other than a speaker, and graph evidence hit rate (a question
-  counts when one of its evidence turns is among the graph's ``max_maus`` MAUs).
+  counts when one of its evidence turns is among the graph's ``max_maus`` MAUs);
+- with ``--llm-turns N``, the LLM path on N turns of the first conversation (evenly
+  spaced) with the embedded local model, reply cache off: calls, prompt and completion
+  tokens and seconds per turn, malformed replies, and what it yields next to the rule
+  extractor on the same turns.
 
-Usage: ``python benchmarks/perf/bench_graph.py [--conversations 10] [--embedder minilm|hashing]``.
-Writes ``runs/bench/graph.json`` and prints the same JSON.
+Usage: ``python benchmarks/perf/bench_graph.py [--conversations 10] [--embedder minilm|hashing]
+[--llm-turns 30]``. Writes ``runs/bench/graph.json`` (an existing ``llm_path`` entry is kept
+when ``--llm-turns`` is 0) and prints the same JSON.
 """
 
 from __future__ import annotations
@@ -62,11 +67,52 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def llm_path(maus: list[MAU], n: int) -> dict[str, Any]:
+    """LLM extraction cost and yield on ``n`` evenly spaced turns, rules alongside."""
+    from memsys.config import LLMConfig, validate
+    from memsys.graph import LLMExtractor
+    from memsys.llm.client import open_llm
+
+    step = max(1, len(maus) // n)
+    picked = maus[::step][:n]
+    rules = RuleExtractor()
+    rules.observe(maus)
+    rule_ex = rules.extract_many(picked)
+    cfg = validate(LLMConfig, {"backend": "local", "cache": False, "max_retries": 0, "timeout_s": 600})
+    with open_llm(cfg, cache=None) as llm:
+        llm.chat([{"role": "user", "content": "Hello"}], max_tokens=4)  # pages the weights in
+        extractor = LLMExtractor(llm)
+        t0 = time.perf_counter()
+        llm_ex = extractor.extract_many(picked)
+        wall = time.perf_counter() - t0
+    st = extractor.stats
+    n_ok = max(1, len(llm_ex))
+    return {
+        "model": cfg.model,
+        "turns": len(picked),
+        "calls_per_turn": round(st.calls / len(picked), 3),
+        "prompt_tokens_per_turn": round(st.prompt_tokens / n_ok, 1),
+        "completion_tokens_per_turn": round(st.completion_tokens / n_ok, 1),
+        "seconds_per_turn": round(wall / len(picked), 2),
+        "malformed_replies": st.failed,
+        "dropped_items": st.dropped_items,
+        "entities_per_turn": {"llm": round(sum(len(e.entities) for e in llm_ex) / n_ok, 2),
+                              "rules": round(sum(len(e.entities) for e in rule_ex) / len(picked), 2)},
+        "relations_per_turn": {"llm": round(sum(len(e.relations) for e in llm_ex) / n_ok, 2),
+                               "rules": round(sum(len(e.relations) for e in rule_ex) / len(picked), 2)},
+        "example": {"turn": picked[1].full_text if len(picked) > 1 else picked[0].full_text,
+                    "llm": llm_ex[1].to_json() if len(llm_ex) > 1 else None,
+                    "rules": rule_ex[1].to_json() if len(rule_ex) > 1 else None},
+        "note": "per-turn tokens average over the replies that parsed; the speaker entity is added by code",
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--conversations", type=int, default=10)
     ap.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--llm-turns", type=int, default=0, help="also measure the LLM path on this many turns")
     args = ap.parse_args(argv)
     cfg = GraphConfig(enabled=True)
     bench = load_locomo()
@@ -159,6 +205,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
     }
     out = args.out or runs_dir() / "bench" / "graph.json"
+    if args.llm_turns > 0:
+        result["llm_path"] = llm_path(all_maus[0], args.llm_turns)
+    elif out.exists():
+        previous = json.loads(out.read_text(encoding="utf-8")).get("llm_path")
+        if previous:
+            result["llm_path"] = previous
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2, ensure_ascii=False))

@@ -54,6 +54,10 @@ def summarize(records, wall: float) -> dict:
         "propose_s_mean": round(statistics.mean([r.durations.get("propose_s", 0.0) for r in exps]), 2) if exps else None,
         "overhead_s": [round(r.durations.get("overhead_s", 0.0), 3) for r in exps if "overhead_s" in r.durations],
         "tokens": sum(r.tokens for r in records),
+        "detail": [{"id": r.experiment_id, "decision": r.decision, "value": r.objective_value,
+                    "overrides": r.config_overrides, "code_edits": len(r.edits),
+                    "healing": [h.get("action") for h in r.healing],
+                    "failure": (r.failure or {}).get("cls")} for r in exps],
     }
 
 
@@ -64,6 +68,8 @@ def main() -> None:
     ap.add_argument("--sample", default="small")
     ap.add_argument("--reader", default="none", choices=["none", "llm"])
     ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--proposers", nargs="+", default=["llm", "optuna"], choices=["llm", "optuna"],
+                    help="compare: which halves to (re)run; rows of the others are kept when the setup matches")
     a = ap.parse_args()
     repo = scratch_repo()
     os.environ.setdefault("MEMSYS_RUNS_DIR", str(repo.parent / "runs"))
@@ -81,11 +87,14 @@ def main() -> None:
         s["overhead_s_max"] = max(oh) if oh else None
         out["overhead"] = s
     else:
-        res = {}
-        for proposer in ("llm", "optuna"):
+        setup = {"sample": a.sample, "reader": a.reader, "budget": a.experiments}
+        prev = out.get("compare") or {}
+        res = {k: prev[k] for k in ("llm", "optuna") if k in prev and all(prev.get(x) == v for x, v in setup.items())}
+        for proposer in a.proposers:
             recs, wall = run_loop(base + [f"research.proposer={proposer}"], f"bench-{proposer}-{stamp}")
-            res[proposer] = summarize(recs, wall)
-        out["compare"] = {"sample": a.sample, "reader": a.reader, "budget": a.experiments, **res}
+            res[proposer] = {**summarize(recs, wall), "measured": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                             "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+        out["compare"] = {**setup, **res}
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(out, indent=2))
     print(json.dumps(out, indent=2))

@@ -14,6 +14,11 @@ pyramid level 3.
     scenes = ingest_video(mem, "walk.mp4", sample_fps=1.0, report=report)
     print("\\n".join(report.lines()))
 
+A video gives one MAU per visual scene and, when it has a soundtrack
+(``media.video_audio``, on by default), one audio MAU per speech segment of that
+track (ids ``<video>:speechNNN``), linked to the scene it falls in, so a question
+about what was said in a clip can hop to what was on screen.
+
 Without ``report=`` a bad item raises :class:`MediaInputError` (one line); with a
 report the error is recorded for that item and the caller carries on
 (``ingest_files`` / ``ingest_images`` do that for a batch).

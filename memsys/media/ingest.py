@@ -21,10 +21,14 @@ What a MAU holds per modality (the summary is what gets embedded and searched):
 * video: one MAU per scene, prev/next links; pointer = the whole file (stored
   once, shared by its scenes), ``time_span`` = the scene's seconds;
   ``details["keyframe_pointer"]`` = a downscaled JPEG of the scene's first frame.
+  Its soundtrack (``media.video_audio``) adds audio MAUs ``<base>:speechNNN``
+  built as for an audio file, with ``time_span`` in video seconds, ``details``
+  ``track="video_audio"`` and ``scene_mau_id``, and a RELATED link to that scene.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 import weakref
@@ -37,7 +41,7 @@ import numpy as np
 
 from memsys.errors import ConfigError, DuplicateIdError
 from memsys.media import MediaInputError
-from memsys.media.audio import encode_wav, find_speech_segments, load_audio, rms
+from memsys.media.audio import AudioClip, encode_wav, find_speech_segments, load_audio, rms
 from memsys.media.encoders import ImageEncoder, make_image_encoder
 from memsys.media.gates import AudioGate, CrossModalGate, VisionNoveltyGate, recent_text_window
 from memsys.media.image import decode_image, encode_jpeg, read_media_bytes
@@ -350,6 +354,91 @@ def ingest_images(memory: Any, items: Iterable[ImageItem], *, captioner: Caption
 
 
 # ----------------------------------------------------------------------------- audio
+@dataclass
+class _Speech:
+    """What :func:`_speech_maus` found in one audio track (MAUs not yet in the store)."""
+
+    maus: list[MAU]
+    segments: int  # candidate segments the VAD found
+    verdicts: dict[str, int]  # gate verdict -> segment count
+    silence: IngestDecision | None  # set when the whole track is below the energy floor
+    rms: float
+    new_bytes: int
+
+    @property
+    def speech_s(self) -> float:
+        return sum(m.time_span[1] - m.time_span[0] for m in self.maus)  # type: ignore[index]
+
+
+def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: str, stem: str, sha: str,
+                 transcript_fn: TranscriptFn | None, timestamp: datetime | None, session_id: str | None,
+                 speaker: str | None, t0: float = 0.0, track: str | None = None) -> _Speech:
+    """Gate a decoded track's speech into prev/next-linked MAUs ``{base}:{stem}NNN``.
+
+    Shared by audio files and video soundtracks so both get the same gate,
+    segment WAVs and details; the caller adds the MAUs, which lets a video store
+    its scenes and speech together or not at all. ``t0`` shifts spans and
+    timestamps onto the caller's timeline (a soundtrack that starts late);
+    ``track`` tags details and report parts so a video's speech parts are told
+    apart from its scenes.
+    """
+    cfg = memory.cfg.ingest.media
+    gate = AudioGate(cfg.vad_threshold, cfg.silence_energy, cfg.min_speech_ms, cfg.audio_keep_uncertain)
+    total_rms = rms(clip.samples)
+    silence: IngestDecision | None = None
+    if gate.is_silent(total_rms):
+        segments = []
+        silence = IngestDecision(False, "silence", total_rms,
+                                 f"whole file energy {total_rms:.4f} < {cfg.silence_energy}")
+    else:
+        segments = find_speech_segments(clip.samples, clip.sample_rate, threshold=cfg.vad_threshold,
+                                        min_segment_ms=cfg.vad_min_segment_ms,
+                                        min_silence_ms=cfg.vad_min_silence_ms, pad_ms=cfg.vad_speech_pad_ms)
+    maus: list[MAU] = []
+    new_bytes = 0
+    verdicts: dict[str, int] = {}
+    for seg in segments:
+        d = gate.check(seg)
+        verdicts[d.verdict] = verdicts.get(d.verdict, 0) + 1
+        start, end = round(t0 + seg.start, 3), round(t0 + seg.end, 3)
+        part: dict[str, Any] = {"span": [start, end], "verdict": d.verdict,
+                                "speech_prob": round(seg.speech_prob, 3), "rms": round(seg.rms, 4), "mau_id": None}
+        if track:
+            part["track"] = track
+        item.parts.append(part)
+        if not d.accepted:
+            continue
+        a, b = int(seg.start * clip.sample_rate), int(seg.end * clip.sample_rate)
+        samples = clip.samples[a:b]
+        transcript = None
+        if transcript_fn is not None:
+            try:
+                transcript = " ".join(str(transcript_fn(samples, clip.sample_rate) or "").split()) or None
+            except Exception as exc:  # an ASR failure must not lose the segment
+                item.notes.append(f"transcript failed for {t0 + seg.start:.1f}-{t0 + seg.end:.1f} s: "
+                                  f"{type(exc).__name__}")
+        pointer, nb = _put(memory.store.cold, encode_wav(samples, clip.sample_rate), "wav")
+        new_bytes += nb
+        mid = f"{base}:{stem}{len(maus):03d}"
+        if mid in memory.store.positions:
+            raise DuplicateIdError(f"{item.modality} {item.item}: MAU id {mid!r} already in the store")
+        details: dict[str, Any] = {"mime": "audio/wav", "source": item.item, "source_sha256": sha,
+                                   "speech_prob": round(seg.speech_prob, 4), "rms": round(seg.rms, 5),
+                                   "novelty": d.verdict, "transcript_source": "transcript_fn" if transcript else "none"}
+        if transcript:
+            details["transcript"] = transcript
+        if track:
+            details["track"] = track
+        placeholder = f"[speech segment {t0 + seg.start:.1f}-{t0 + seg.end:.1f} s]"
+        maus.append(MAU(id=mid, summary=transcript or placeholder,
+                        modality=Modality.AUDIO, timestamp=_offset(timestamp, t0 + seg.start), pointer=pointer,
+                        session_id=session_id, source_id=base, speaker=speaker, details=details,
+                        persons=[speaker] if speaker else [], time_span=(start, end)))
+        part["mau_id"] = mid
+    _link_chain(maus)
+    return _Speech(maus, len(segments), verdicts, silence, total_rms, new_bytes)
+
+
 def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: TranscriptFn | None = None, *,
                  timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
                  speaker: str | None = None, report: MediaReport | None = None) -> list[MAU]:
@@ -366,66 +455,24 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
                 return []
         clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
         item.notes.extend(clip.notes)
-        gate = AudioGate(cfg.vad_threshold, cfg.silence_energy, cfg.min_speech_ms, cfg.audio_keep_uncertain)
-        total_rms = rms(clip.samples)
-        item.stats.update(duration_s=round(clip.duration, 3), rms=round(total_rms, 5))
-        if gate.is_silent(total_rms):
-            segments = []
-            item.decision = IngestDecision(False, "silence", total_rms,
-                                           f"whole file energy {total_rms:.4f} < {cfg.silence_energy}")
-        else:
-            segments = find_speech_segments(clip.samples, clip.sample_rate, threshold=cfg.vad_threshold,
-                                            min_segment_ms=cfg.vad_min_segment_ms,
-                                            min_silence_ms=cfg.vad_min_silence_ms, pad_ms=cfg.vad_speech_pad_ms)
-        base = id or f"aud-{sha[:16]}"
-        maus: list[MAU] = []
-        new_bytes = 0
-        verdicts: dict[str, int] = {}
-        for k, seg in enumerate(segments):
-            d = gate.check(seg)
-            verdicts[d.verdict] = verdicts.get(d.verdict, 0) + 1
-            part = {"span": [round(seg.start, 3), round(seg.end, 3)], "verdict": d.verdict,
-                    "speech_prob": round(seg.speech_prob, 3), "rms": round(seg.rms, 4), "mau_id": None}
-            item.parts.append(part)
-            if not d.accepted:
-                continue
-            a, b = int(seg.start * clip.sample_rate), int(seg.end * clip.sample_rate)
-            samples = clip.samples[a:b]
-            transcript = None
-            if transcript_fn is not None:
-                try:
-                    transcript = " ".join(str(transcript_fn(samples, clip.sample_rate) or "").split()) or None
-                except Exception as exc:
-                    item.notes.append(f"transcript failed for {seg.start:.1f}-{seg.end:.1f} s: {type(exc).__name__}")
-            pointer, nb = _put(memory.store.cold, encode_wav(samples, clip.sample_rate), "wav")
-            new_bytes += nb
-            mid = f"{base}:seg{len(maus):03d}"
-            if mid in memory.store.positions:
-                raise DuplicateIdError(f"audio {item.item}: MAU id {mid!r} already in the store")
-            details = {"mime": "audio/wav", "source": item.item, "source_sha256": sha,
-                       "speech_prob": round(seg.speech_prob, 4), "rms": round(seg.rms, 5), "novelty": d.verdict,
-                       "transcript_source": "transcript_fn" if transcript else "none"}
-            if transcript:
-                details["transcript"] = transcript
-            maus.append(MAU(id=mid, summary=transcript or f"[speech segment {seg.start:.1f}-{seg.end:.1f} s]",
-                            modality=Modality.AUDIO, timestamp=_offset(timestamp, seg.start), pointer=pointer,
-                            session_id=session_id, source_id=base, speaker=speaker, details=details,
-                            persons=[speaker] if speaker else [], time_span=(round(seg.start, 3), round(seg.end, 3))))
-            part["mau_id"] = mid
-        _link_chain(maus)
+        sp = _speech_maus(memory, clip, item, base=id or f"aud-{sha[:16]}", stem="seg", sha=sha,
+                          transcript_fn=transcript_fn, timestamp=timestamp, session_id=session_id, speaker=speaker)
+        maus = sp.maus
+        item.decision = sp.silence
         if maus:
             memory.add_maus(maus)
             with st.lock:
                 st.seen_sha[sha] = maus[0].id
-        speech_s = sum(m.time_span[1] - m.time_span[0] for m in maus)  # type: ignore[index]
-        item.stats.update(segments_found=len(segments), segments_kept=len(maus), speech_s=round(speech_s, 3),
-                          **{f"verdict_{k}": v for k, v in verdicts.items()})
+        speech_s = sp.speech_s
+        item.stats.update(duration_s=round(clip.duration, 3), rms=round(sp.rms, 5), segments_found=sp.segments,
+                          segments_kept=len(maus), speech_s=round(speech_s, 3),
+                          **{f"verdict_{k}": v for k, v in sp.verdicts.items()})
         if item.decision is None:
-            summary = ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())) or "no speech found"
+            summary = ", ".join(f"{v} {k}" for k, v in sorted(sp.verdicts.items())) or "no speech found"
             item.decision = IngestDecision(bool(maus), "speech" if maus else "no_speech",
                                            speech_s / clip.duration if clip.duration else 0.0,
-                                           f"{len(maus)} of {len(segments)} segments kept ({summary})")
-        item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
+                                           f"{len(maus)} of {sp.segments} segments kept ({summary})")
+        item.mau_ids, item.bytes_stored = [m.id for m in maus], sp.new_bytes
         _finish(report, item)
         return maus
     except (MediaInputError, DuplicateIdError) as exc:
@@ -434,15 +481,79 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
 
 
 # ----------------------------------------------------------------------------- video
+def _soundtrack_start(data: bytes) -> float | None:
+    """Start of the first audio stream in container seconds, or None when there is none.
+
+    Probing the header first keeps a video without sound free of audio work, and
+    the start puts a soundtrack that begins late at the right video seconds
+    (decoding yields samples from its first packet on). A negative start (encoder
+    priming) counts as 0.
+    """
+    import av
+
+    try:
+        with av.open(io.BytesIO(data)) as container:
+            if not container.streams.audio:
+                return None
+            stream = container.streams.audio[0]
+            if stream.start_time is None or stream.time_base is None:
+                return 0.0
+            return max(0.0, float(stream.start_time * stream.time_base))
+    except Exception:  # the frames decoded, so let the audio decoder name the problem
+        return 0.0
+
+
+def _scene_at(scenes: Sequence[MAU], t: float) -> MAU:
+    """The scene whose span holds ``t`` (half-open, so a cut belongs to the new scene), else the nearest."""
+    for m in scenes:
+        a, b = m.time_span  # type: ignore[misc]
+        if a <= t < b:
+            return m
+    return min(scenes, key=lambda m: min(abs(t - m.time_span[0]), abs(t - m.time_span[1])))  # type: ignore[index]
+
+
+def _video_speech(memory: Any, data: bytes, item: MediaItemReport, scenes: Sequence[MAU], *, base: str, sha: str,
+                  transcript_fn: TranscriptFn | None, timestamp: datetime | None, session_id: str | None,
+                  speaker: str | None) -> tuple[list[MAU], int]:
+    """Speech MAUs of a video's soundtrack, each tied to the scene at its midpoint, and new cold bytes.
+
+    A damaged soundtrack is a note, not an error: the scenes are the video's
+    main content and must not be lost to its audio. The scene link lets
+    retrieval hop from what was said to what was on screen.
+    """
+    cfg = memory.cfg.ingest.media
+    t0 = _soundtrack_start(data)
+    if t0 is None:
+        return [], 0
+    try:
+        clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
+    except MediaInputError as exc:
+        item.notes.append(f"audio track skipped: {exc}")
+        return [], 0
+    item.notes.extend(f"audio track {n}" for n in clip.notes)
+    sp = _speech_maus(memory, clip, item, base=base, stem="speech", sha=sha, transcript_fn=transcript_fn,
+                      timestamp=timestamp, session_id=session_id, speaker=speaker, t0=t0, track="video_audio")
+    for m in sp.maus:
+        scene = _scene_at(scenes, (m.time_span[0] + m.time_span[1]) / 2)  # type: ignore[index]
+        m.details["scene_mau_id"] = scene.id
+        m.links.append(Link(LinkKind.RELATED, scene.id))
+    item.stats.update(speech_segments_found=sp.segments, speech_segments_kept=len(sp.maus),
+                      speech_s=round(sp.speech_s, 3), audio_rms=round(sp.rms, 5))
+    return sp.maus, sp.new_bytes
+
+
 def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | None = None, *,
                  caption: str | None = None, captioner: Captioner | None = None,
+                 transcript_fn: TranscriptFn | None = None,
                  timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
                  speaker: str | None = None, encoder: ImageEncoder | None = None,
                  report: MediaReport | None = None) -> list[MAU]:
-    """One MAU per scene (new scene = sampled frame with cosine < accept_below to the reference).
+    """One MAU per scene (new scene = sampled frame with cosine < accept_below to the reference),
+    then the soundtrack's speech MAUs (``media.video_audio``), all stored together.
 
     ``caption`` describes the whole video and is put in every scene's summary;
-    ``captioner`` (if given) captions each scene's keyframe.
+    ``captioner`` (if given) captions each scene's keyframe; ``transcript_fn``
+    (if given) transcribes each speech segment, as for :func:`ingest_audio`.
     """
     cfg = memory.cfg.ingest.media
     item = MediaItemReport(_label(video), "video")
@@ -488,7 +599,12 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
             item.parts.append({"span": list(span), "verdict": sc.decision.verdict, "frames": sc.frames,
                                "static": sc.static, "uncertain": sc.uncertain, "mau_id": mid})
         _link_chain(maus)
-        memory.add_maus(maus)
+        speech: list[MAU] = []
+        if cfg.video_audio:
+            speech, nb = _video_speech(memory, data, item, maus, base=base, sha=sha, transcript_fn=transcript_fn,
+                                       timestamp=timestamp, session_id=session_id, speaker=speaker)
+            new_bytes += nb
+        memory.add_maus(maus + speech)
         with st.lock:
             st.seen_sha[sha] = maus[0].id
         static = sum(s.static for s in seg.scenes)
@@ -498,6 +614,7 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
         item.decision = IngestDecision(True, "novel", len(seg.scenes) / max(seg.sampled, 1),
                                        f"{len(seg.scenes)} scenes from {seg.sampled} sampled frames "
                                        f"({static} static, {uncertain} uncertain)")
+        maus += speech
         item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
         _finish(report, item)
         return maus
@@ -524,7 +641,8 @@ def ingest_files(memory: Any, paths: Iterable[str | Path], *, captions: Mapping[
             ingest_audio(memory, path, transcript_fn, timestamp=timestamp, session_id=session_id, report=report)
         elif ext in VIDEO_EXTS:
             ingest_video(memory, path, sample_fps, caption=captions.get(str(p)) or captions.get(path.name),
-                         captioner=captioner, timestamp=timestamp, session_id=session_id, report=report)
+                         captioner=captioner, transcript_fn=transcript_fn, timestamp=timestamp,
+                         session_id=session_id, report=report)
         else:
             report.items.append(MediaItemReport(str(path), "unknown",
                                                 error=f"unsupported file type {ext or '(none)'!r}"))

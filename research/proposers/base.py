@@ -47,5 +47,11 @@ class Proposer(ABC):
         """A repair edit for a failed attempt; None when this proposer cannot repair."""
         return None
 
+    def reconsider(self, ctx: ResearchContext, proposal: Proposal, dup: str, outcome: str,
+                   tried: list[str], temperature: float) -> Proposal | None:
+        """A different proposal after one that repeats experiment ``dup``; None when this
+        proposer cannot be asked again (a sampler simply samples anew next step)."""
+        return None
+
     def observe(self, proposal: Proposal, value: float | None) -> None:
         """Feedback after evaluation (Optuna's tell)."""

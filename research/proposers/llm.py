@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -71,19 +72,28 @@ def parse_proposal(data: dict[str, Any]) -> Proposal:
                     str(data.get("expected_effect", "")), edits, overrides)
 
 
+def proposal_json(p: Proposal) -> dict[str, Any]:
+    """A proposal in the schema's shape (what the model is shown as its own earlier reply)."""
+    return {"hypothesis": p.hypothesis, "discovery_type": p.discovery_type, "expected_effect": p.expected_effect,
+            "config_overrides": list(p.config_overrides),
+            "edits": [{"path": e.path, "search": e.search, "replace": e.replace} for e in p.edits]}
+
+
 class LLMProposer(Proposer):
     name = "llm"
 
     def __init__(self, llm: Any, max_tokens: int = 1024):
         self.llm, self.max_tokens = llm, max_tokens
 
-    def _ask(self, user: str) -> Proposal:
+    def _ask(self, user: str, *, earlier: list[dict[str, str]] | None = None,
+             temperature: float | None = None) -> Proposal:
         from memsys.errors import LLMResponseFormatError
 
         system = (PROMPTS / "researcher_system.txt").read_text(encoding="utf-8")
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": system}, *(earlier or []), {"role": "user", "content": user}]
         try:
-            reply = self.llm.chat(messages, json_schema=PROPOSAL_SCHEMA, max_tokens=self.max_tokens)
+            reply = self.llm.chat(messages, json_schema=PROPOSAL_SCHEMA, max_tokens=self.max_tokens,
+                                  temperature=temperature)
         except LLMResponseFormatError as exc:
             raise ProposalFormatError(f"proposal is not valid JSON: {exc}") from exc
         prop = parse_proposal(reply.parsed or {})
@@ -91,7 +101,7 @@ class LLMProposer(Proposer):
         prop.cost_usd = reply.cost_usd
         return prop
 
-    def propose(self, ctx: ResearchContext) -> Proposal:
+    def step_prompt(self, ctx: ResearchContext) -> str:
         mode = Template(_MODES[ctx.mode]).safe_substitute(hyp=repr(ctx.current_hypothesis or ""))
         failures = "\n".join(
             f"- {q['question']} | {q['gold']} | {q['prediction'][:80]} | {q['category']}" for q in ctx.failed_questions
@@ -101,7 +111,20 @@ class LLMProposer(Proposer):
             objective=ctx.objective, best=f"{ctx.best_value:.4f}", history=history_lines(ctx.history),
             mode_instructions=mode, diagnosis=ctx.diagnosis or "(none yet)", preset=ctx.preset, knobs=ctx.knobs, failures=failures, files=files,
         )
-        return self._ask(user)
+        return user
+
+    def propose(self, ctx: ResearchContext) -> Proposal:
+        return self._ask(self.step_prompt(ctx))
+
+    def reconsider(self, ctx: ResearchContext, proposal: Proposal, dup: str, outcome: str,
+                   tried: list[str], temperature: float) -> Proposal:
+        """Ask again after a proposal that repeats ``dup``, as a follow-up turn of the same
+        conversation (the model sees its own reply), sampled at ``temperature``."""
+        earlier = [{"role": "user", "content": self.step_prompt(ctx)},
+                   {"role": "assistant", "content": json.dumps(proposal_json(proposal))}]
+        user = _template("researcher_duplicate.txt").substitute(
+            dup=dup, outcome=outcome, tried="\n".join(f"- {t}" for t in tried) or "- (none)")
+        return self._ask(user, earlier=earlier, temperature=temperature)
 
     def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
         user = _template("researcher_repair.txt").substitute(error=error, diff=diff[:4000] or "(no diff)")

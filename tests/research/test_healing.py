@@ -30,6 +30,7 @@ FIRST_ACTION = {
     FailureClass.FORMAT_MISMATCH: "retry",
     FailureClass.INVALID_METRIC: "give_up",
     FailureClass.FORBIDDEN_EDIT: "give_up",
+    FailureClass.IDENTICAL_CONDITIONS: "give_up",  # healed at the propose stage, never after an evaluation
     FailureClass.INFRASTRUCTURE: "retry",
     FailureClass.UNKNOWN: "give_up",
 }
@@ -121,7 +122,8 @@ def test_switch_local_llm_only_for_remote_endpoints() -> None:
             assert "switch_local_llm" not in walk(cls, remote=True)
 
 
-@pytest.mark.parametrize("cls", [FailureClass.INVALID_METRIC, FailureClass.FORBIDDEN_EDIT, FailureClass.UNKNOWN])
+@pytest.mark.parametrize("cls", [FailureClass.INVALID_METRIC, FailureClass.FORBIDDEN_EDIT, FailureClass.UNKNOWN,
+                                 FailureClass.IDENTICAL_CONDITIONS])
 def test_no_targeted_fix(cls: FailureClass) -> None:
     a = plan(cls)
     assert a.action == "give_up" and cls.value in a.reason

@@ -77,7 +77,7 @@ class Script:
         user = msgs[-1].get("content", "") if msgs else ""
         with self.lock:
             if system.startswith(RESEARCHER_SYSTEM):
-                if "already tried" in user:  # the loop's duplicate re-ask: every proposal here is new
+                if "That proposal repeats" in user:  # the loop's duplicate re-ask: every proposal here is new
                     self.unexpected.append(f"duplicate re-ask during experiment {self.served}")
                     return Reply.ok("UNSCRIPTED")
                 if "Your last change failed" in user:
