@@ -13,33 +13,16 @@ from typing import Any, Iterator
 
 import pytest
 
-from research.config import load_run_setup
 from research.loop import ResearchLoop
 from research.state import LoopState
 from research.trajectory import read_trajectory
-from research.workspace import make_scratch_repo
-from tests.support.loop import git, scripted_opener
+from tests.support.loop import DEGRADE, IMPROVE, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
 
 SCORER = "benchmarks/metrics/locomo.py"
 
-IMPROVE = {
-    "hypothesis": "hybrid retrieval with more candidates raises recall",
-    "discovery_type": "hyperparameter_tuning",
-    "expected_effect": "recall@10 up",
-    "config_overrides": ["retrieval.merge=set_union", "retrieval.top_k=20", "retrieval.dense_k=20",
-                         "retrieval.sparse_k=20"],
-    "edits": [],
-}
-DEGRADE = {
-    "hypothesis": "fewer candidates give a more precise context",
-    "discovery_type": "hyperparameter_tuning",
-    "expected_effect": "precision up",
-    "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=2", "retrieval.dense_k=2"],
-    "edits": [],
-}
 FORBIDDEN = {
     "hypothesis": "score answers more leniently",
     "discovery_type": "evaluation_format_alignment",
@@ -48,17 +31,6 @@ FORBIDDEN = {
     "edits": [{"path": SCORER, "search": "", "replace": "# owned\n"}],
 }
 
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_scratch_repo(tmp_path / "repo")
-
-
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("MEMSYS_RUNS_DIR", str(d))
-    return d  # MEMSYS_CACHE_DIR stays the session cache of tests/conftest.py (stores built once)
 
 
 @pytest.fixture
@@ -72,11 +44,6 @@ def server() -> Iterator[OpenAITestServer]:
 opener_for = scripted_opener
 
 
-def make_setup(repo: Path, experiments: int):
-    return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
-                           f"research.repo={repo}", "research.proposer=llm",
-                           f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
-                           "workers=1"])
 
 
 def load_state(run_dir: Path) -> LoopState:
@@ -101,7 +68,7 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE_AGAIN),
                    Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN))
     events: list[tuple[str, dict[str, Any]]] = []
-    loop = ResearchLoop(make_setup(repo, 5), run_id, llm_opener=opener_for(server),
+    loop = ResearchLoop(scripted_setup(repo, 5), run_id, llm_opener=opener_for(server),
                         on_event=lambda k, d: events.append((k, d)))
     st = loop.run()
     run_dir = runs / run_id
@@ -170,7 +137,7 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     run_dir = runs / run_id
     head = git(repo, "rev-parse", "HEAD")
     server.enqueue(Reply.of_json(IMPROVE))
-    st = ResearchLoop(make_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
+    st = ResearchLoop(scripted_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
     assert "experiment budget spent (1/1)" in st.stop_reason
     records, _ = read_trajectory(run_dir)
     assert [r.decision for r in records] == ["baseline", "proceed"]
@@ -180,7 +147,7 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     from research.errors import RunStateError
 
     with pytest.raises(RunStateError, match="--resume"):
-        ResearchLoop(make_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
+        ResearchLoop(scripted_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
 
     # --- simulate a kill: exp-001 journaled but its state write lost, the best ref not moved,
     # a worktree left behind, and the next record cut off mid-line

@@ -17,30 +17,13 @@ from typing import Any, Iterator
 import pytest
 
 from memsys.llm.client import LLMClient
-from research.config import load_run_setup
 from research.loop import ResearchLoop
 from research.trajectory import read_trajectory
-from research.workspace import make_scratch_repo
-from tests.support.loop import git, scripted_opener
+from tests.support.loop import DEGRADE, IMPROVE, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
 
-IMPROVE = {
-    "hypothesis": "hybrid retrieval with more candidates raises recall",
-    "discovery_type": "hyperparameter_tuning",
-    "expected_effect": "recall@10 up",
-    "config_overrides": ["retrieval.merge=set_union", "retrieval.top_k=20", "retrieval.dense_k=20",
-                         "retrieval.sparse_k=20"],
-    "edits": [],
-}
-DEGRADE = {
-    "hypothesis": "fewer candidates give a more precise context",
-    "discovery_type": "hyperparameter_tuning",
-    "expected_effect": "precision up",
-    "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=2", "retrieval.dense_k=2"],
-    "edits": [],
-}
 # the same change with other spacing and order: still the same experiment
 DEGRADE_RESPACED = {**DEGRADE, "config_overrides": ["retrieval.dense_k = 2", "retrieval.merge=dense_only",
                                                     "retrieval.top_k=2"]}
@@ -52,23 +35,7 @@ UNAPPLIABLE = {**DEGRADE, "hypothesis": "rename a constant", "config_overrides":
                "edits": [{"path": "memsys/config.py", "search": "THIS TEXT IS NOT IN THE FILE", "replace": "x"}]}
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    return make_scratch_repo(tmp_path / "repo")
 
-
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("MEMSYS_RUNS_DIR", str(d))
-    return d
-
-
-def setup_for(repo: Path, experiments: int, *extra: str):
-    return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
-                           f"research.repo={repo}", "research.proposer=llm",
-                           f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
-                           "workers=1", *extra])
 
 
 def test_repeated_proposals_are_reasked_then_skipped(repo: Path, runs: Path) -> None:
@@ -82,7 +49,7 @@ def test_repeated_proposals_are_reasked_then_skipped(repo: Path, runs: Path) -> 
             Reply.of_json(NO_OP),  # exp-005: empty diff, skipped
             Reply.of_json(UNAPPLIABLE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE),  # exp-006
         )
-        loop = ResearchLoop(setup_for(repo, 6, "research.loop.degradations_to_pivot=9"), "dup",
+        loop = ResearchLoop(scripted_setup(repo, 6, "research.loop.degradations_to_pivot=9"), "dup",
                             llm_opener=scripted_opener(server))
         st = loop.run()
         requests = server.chat_requests
@@ -154,7 +121,7 @@ def test_refused_researcher_key_switches_to_the_local_model(repo: Path, runs: Pa
         remote.handler = lambda body: Reply.error(403, "the key has expired")
         local.handler = lambda body: Reply.ok("UNSCRIPTED")
         local.enqueue(Reply.of_json(IMPROVE))
-        setup = setup_for(repo, 1, "llm=openai", f"llm.base_url={remote.base_url}", "llm.model=remote-model",
+        setup = scripted_setup(repo, 1, "llm=openai", f"llm.base_url={remote.base_url}", "llm.model=remote-model",
                           f"research.loop.local_fallback={str(fallback).lower()}")
         st = ResearchLoop(setup, "auth", llm_opener=two_endpoint_opener(remote, local)).run()
         remote_calls, local_calls = len(remote.chat_requests), len(local.chat_requests)

@@ -32,7 +32,6 @@ from typing import Any, Iterator
 import pytest
 from PIL import Image
 
-from research.config import load_run_setup
 from research.errors import RunStateError
 from research.loop import ResearchLoop
 from research.replay import replay_run
@@ -40,7 +39,7 @@ from research.report import write_report
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, read_trajectory
 from research.workspace import make_scratch_repo
-from tests.support.loop import git, scripted_opener
+from tests.support.loop import git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
 MAIN = Path(__file__).resolve().parents[2]
@@ -96,11 +95,6 @@ EVALUATED = ("exp-000", "exp-001", "exp-002", "exp-003", "exp-004")
 opener_for = scripted_opener
 
 
-def make_setup(repo: Path, experiments: int, *extra: str):
-    return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
-                           f"research.repo={repo}", "research.proposer=llm",
-                           f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
-                           "workers=1", *extra])
 
 
 def by_id(records: list[ExperimentRecord]) -> dict[str, ExperimentRecord]:
@@ -232,7 +226,7 @@ def recorded(repo: Path, runs: Path) -> dict[str, Any]:
         server.enqueue(Reply.of_json(CODE_EDIT), Reply.of_json(IMPROVE), Reply.of_json(DEGRADE),
                        Reply.of_json(NO_EFFECT), Reply.ok("raise top_k, I think. {not json"), Reply.of_json(FORBIDDEN))
         head = git(repo, "rev-parse", "HEAD")
-        st = ResearchLoop(make_setup(repo, 6), "rec", llm_opener=opener_for(server)).run()
+        st = ResearchLoop(scripted_setup(repo, 6), "rec", llm_opener=opener_for(server)).run()
         assert server.pending == 0
     records, warnings = read_trajectory(runs / "rec", strict=True)
     assert warnings == [] and "experiment budget spent (6/6)" in st.stop_reason
@@ -467,7 +461,7 @@ def test_replay_with_llm_reader_hits_the_cache(repo: Path, runs: Path) -> None:
 
     head = git(repo, "rev-parse", "HEAD")
     with OpenAITestServer(handler) as server:
-        setup = make_setup(repo, 1, "reader=llm", "++llm.cache=true")
+        setup = scripted_setup(repo, 1, "reader=llm", "++llm.cache=true")
         st = ResearchLoop(setup, "rec-llm", llm_opener=opener_for(server)).run()
         assert "experiment budget spent (1/1)" in st.stop_reason and proposals == []
         orig, _ = read_trajectory(runs / "rec-llm", strict=True)

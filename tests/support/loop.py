@@ -11,6 +11,23 @@ from typing import Any, Iterator
 from memsys.llm.client import LLMClient
 from tests.support.openai_server import OpenAITestServer
 
+# scripted researcher proposals on the naive preset (objective recall@10 with reader=none)
+IMPROVE = {
+    "hypothesis": "hybrid retrieval with more candidates raises recall",
+    "discovery_type": "hyperparameter_tuning",
+    "expected_effect": "recall@10 up",
+    "config_overrides": ["retrieval.merge=set_union", "retrieval.top_k=20", "retrieval.dense_k=20",
+                         "retrieval.sparse_k=20"],
+    "edits": [],
+}
+DEGRADE = {
+    "hypothesis": "fewer candidates give a more precise context",
+    "discovery_type": "hyperparameter_tuning",
+    "expected_effect": "precision up",
+    "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=2", "retrieval.dense_k=2"],
+    "edits": [],
+}
+
 
 def git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
@@ -27,3 +44,13 @@ def scripted_opener(server: OpenAITestServer, *, cache: bool = False, timeout_s:
         with LLMClient(c, budget=budget) as client:
             yield client
     return opener
+
+
+def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
+    """A loop setup for the scripted tests: retrieval-only tiny evaluations in the process sandbox."""
+    from research.config import load_run_setup
+
+    return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
+                           f"research.repo={repo}", "research.proposer=llm",
+                           f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
+                           "workers=1", *extra])
