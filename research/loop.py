@@ -334,8 +334,10 @@ class ResearchLoop:
         rec.branch = wt.branch
         try:
             edited, error = self._apply(wt, prop)
+            resend_s = 0.0  # researcher time inside the apply stage: proposal time, not loop overhead
             if error is not None and not isinstance(error, ForbiddenEditError) and proposer.name == "llm":
                 # sent back once with the error
+                t_resend = time.perf_counter()
                 try:
                     prop2 = proposer.repair(ctx, prop, str(error), "")
                 except MemsysError as exc:
@@ -347,6 +349,9 @@ class ResearchLoop:
                     dup = self._already_tried(prop2)
                     if dup is not None:  # the resent change can be a repeat as well
                         prop2, dup = self._reask_duplicate(proposer, ctx, prop2, dup, rec)
+                resend_s = time.perf_counter() - t_resend
+                rec.durations["propose_s"] += resend_s
+                if prop2 is not None:
                     if dup is not None:
                         resend["result"] = f"repeats {dup}"
                         return self._reject_identical(rec, prop2, proposer, dup, "apply", t_start)
@@ -364,11 +369,11 @@ class ResearchLoop:
 
                 rec.failure = _failure(cls, str(error), code_changed=True).to_dict() | {"stage": "apply"}
                 rec.decision = "rejected" if forbidden else "failed"
-                rec.durations["apply_s"] = time.perf_counter() - t_prop
+                rec.durations["apply_s"] = time.perf_counter() - t_prop - resend_s
                 self._count_failure(rec)
                 proposer.observe(prop, None)
                 return self._finish(rec)
-            rec.durations["apply_s"] = time.perf_counter() - t_prop
+            rec.durations["apply_s"] = time.perf_counter() - t_prop - resend_s
             if not rec.diff.strip():
                 # every change was already in place (e.g. an override to the preset's own value)
                 from research.failures import _failure
