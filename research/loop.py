@@ -26,6 +26,7 @@ from research.evaluate import EvalOutcome, EvalRequest, evaluate
 from research.failures import FailureClass, classify_exception, one_line
 from research.healing import edits_without_import, plan_heal
 from research.proposers.base import Proposal, Proposer, ResearchContext
+from research.repeats import describe_outcome, describe_tried, repeated_experiment
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
 from research.context import build_context
@@ -326,7 +327,7 @@ class ResearchLoop:
         if dup is not None:
             prop, dup = self._reask_duplicate(proposer, ctx, prop, dup, rec)
         if dup is not None:
-            return self._reject_identical(rec, prop, proposer, dup, "propose", t_start)
+            return self._reject_repeat(rec, prop, proposer, dup, "propose", t_start)
         t_prop = time.perf_counter()
         rec.durations["propose_s"] = t_prop - t_start
         self._take_proposal(rec, prop)
@@ -354,7 +355,7 @@ class ResearchLoop:
                 if prop2 is not None:
                     if dup is not None:
                         resend["result"] = f"repeats {dup}"
-                        return self._reject_identical(rec, prop2, proposer, dup, "apply", t_start)
+                        return self._reject_repeat(rec, prop2, proposer, dup, "apply", t_start)
                     self._reset_worktree(wt)
                     self._take_proposal(rec, prop2)
                     prop = prop2
@@ -376,14 +377,8 @@ class ResearchLoop:
             rec.durations["apply_s"] = time.perf_counter() - t_prop - resend_s
             if not rec.diff.strip():
                 # every change was already in place (e.g. an override to the preset's own value)
-                from research.failures import _failure
-
-                rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, "the edits leave the best commit unchanged "
-                                       "(empty diff); skipped without evaluating", code_changed=True).to_dict() | {"stage": "apply"}
-                rec.decision = "rejected"
-                self._count_failure(rec)
-                proposer.observe(prop, st.best_value)
-                return self._finish(rec)
+                return self._reject_identical(rec, prop, proposer, "the edits leave the best commit unchanged "
+                                              "(empty diff)", "apply", st.best_value)
             outcome = self._evaluate_with_healing(rec, wt, prop, proposer, ctx, edited)
         finally:
             self.ws.remove(wt.path)
@@ -420,19 +415,26 @@ class ResearchLoop:
             st.mode, st.current_hypothesis = "iterate", prop.hypothesis
         self._finish(rec)
 
-    def _reject_identical(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, dup: str, stage: str,
-                          t_start: float) -> None:
+    def _record(self, experiment_id: str) -> ExperimentRecord:
+        return next(r for r in self.records if r.experiment_id == experiment_id)
+
+    def _reject_repeat(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, dup: str, stage: str,
+                       t_start: float) -> None:
+        rec.durations.setdefault("propose_s", time.perf_counter() - t_start)
+        self._take_proposal(rec, prop)
+        self._reject_identical(rec, prop, proposer, f"proposal repeats {dup} (same changes, same parent commit)",
+                               stage, self._record(dup).objective_value)
+
+    def _reject_identical(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, what: str, stage: str,
+                          known_value: float | None) -> None:
         """Identical conditions: evaluating them again would only re-measure noise."""
         from research.failures import _failure
 
-        rec.durations.setdefault("propose_s", time.perf_counter() - t_start)
-        self._take_proposal(rec, prop)
-        rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, f"proposal repeats {dup} (same changes, same "
-                               "parent commit); skipped without evaluating", code_changed=True).to_dict() | {"stage": stage}
+        rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, f"{what}; skipped without evaluating",
+                               code_changed=True).to_dict() | {"stage": stage}
         rec.decision = "rejected"
         self._count_failure(rec)
-        earlier = next(r for r in self.records if r.experiment_id == dup)
-        proposer.observe(prop, earlier.objective_value)  # a sampler learns the known value
+        proposer.observe(prop, known_value)  # a sampler learns the known value
         self._finish(rec)
 
     def _propose(self, proposer: Proposer, ctx: ResearchContext, rec: ExperimentRecord) -> Proposal:
@@ -452,23 +454,8 @@ class ResearchLoop:
                 raise
             return proposer.propose(ctx)
 
-    def _tried_from_best(self) -> list[ExperimentRecord]:
-        """Experiments whose parent is the current best commit, except those that failed on our
-        side (an endpoint or sandbox fault says nothing about the change: repeating it is fair)."""
-        return [r for r in self.records if r.index > 0 and r.parent_commit == self.state.best_commit
-                and (r.config_overrides or r.edits) and not (r.failure or {}).get("is_infrastructure")]
-
-    @staticmethod
-    def _signature(overrides: list[str], edits: list[tuple[str, str, str]]) -> tuple:
-        return tuple(sorted(o.replace(" ", "") for o in overrides)), tuple(edits)
-
     def _already_tried(self, prop: Proposal) -> str | None:
-        """The experiment id that applied exactly these changes to the current best commit, if any."""
-        sig = self._signature(prop.config_overrides, [(e.path, e.search, e.replace) for e in prop.edits])
-        for r in self._tried_from_best():
-            if self._signature(r.config_overrides, [(e["path"], e["search"], e["replace"]) for e in r.edits]) == sig:
-                return r.experiment_id
-        return None
+        return repeated_experiment(prop, self.records, self.state.best_commit)
 
     def _reask_duplicate(self, proposer: Proposer, ctx: ResearchContext, prop: Proposal, dup: str,
                          rec: ExperimentRecord) -> tuple[Proposal, str | None]:
@@ -476,11 +463,8 @@ class ResearchLoop:
         last proposal and the experiment it still repeats (None once it is new)."""
         lc = self.setup.research.loop
         for attempt in range(lc.duplicate_reasks):
-            done = {r.experiment_id: r for r in self.records}[dup]
-            outcome = (f"{self.setup.eval.objective} {done.objective_value:.4f}, decision {done.decision}"
-                       if done.objective_value is not None else f"decision {done.decision}")
-            tried = [("; ".join(r.config_overrides) or "") + (f" + {len(r.edits)} code edit(s) ({r.hypothesis[:80]})"
-                                                            if r.edits else "") for r in self._tried_from_best()]
+            outcome = describe_outcome(self._record(dup), self.setup.eval.objective)
+            tried = describe_tried(self.records, self.state.best_commit)
             entry = {"attempt": attempt, "action": "duplicate_proposal", "reason": f"repeats {dup}"}
             rec.healing.append(entry)
             try:

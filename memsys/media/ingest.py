@@ -28,7 +28,6 @@ What a MAU holds per modality (the summary is what gets embedded and searched):
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import weakref
@@ -481,28 +480,6 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
 
 
 # ----------------------------------------------------------------------------- video
-def _soundtrack_start(data: bytes) -> float | None:
-    """Start of the first audio stream in container seconds, or None when there is none.
-
-    Probing the header first keeps a video without sound free of audio work, and
-    the start puts a soundtrack that begins late at the right video seconds
-    (decoding yields samples from its first packet on). A negative start (encoder
-    priming) counts as 0.
-    """
-    import av
-
-    try:
-        with av.open(io.BytesIO(data)) as container:
-            if not container.streams.audio:
-                return None
-            stream = container.streams.audio[0]
-            if stream.start_time is None or stream.time_base is None:
-                return 0.0
-            return max(0.0, float(stream.start_time * stream.time_base))
-    except Exception:  # the frames decoded, so let the audio decoder name the problem
-        return 0.0
-
-
 def _scene_at(scenes: Sequence[MAU], t: float) -> MAU:
     """The scene whose span holds ``t`` (half-open, so a cut belongs to the new scene), else the nearest."""
     for m in scenes:
@@ -512,9 +489,9 @@ def _scene_at(scenes: Sequence[MAU], t: float) -> MAU:
     return min(scenes, key=lambda m: min(abs(t - m.time_span[0]), abs(t - m.time_span[1])))  # type: ignore[index]
 
 
-def _video_speech(memory: Any, data: bytes, item: MediaItemReport, scenes: Sequence[MAU], *, base: str, sha: str,
-                  transcript_fn: TranscriptFn | None, timestamp: datetime | None, session_id: str | None,
-                  speaker: str | None) -> tuple[list[MAU], int]:
+def _video_speech(memory: Any, data: bytes, t0: float | None, item: MediaItemReport, scenes: Sequence[MAU], *,
+                  base: str, sha: str, transcript_fn: TranscriptFn | None, timestamp: datetime | None,
+                  session_id: str | None, speaker: str | None) -> tuple[list[MAU], int]:
     """Speech MAUs of a video's soundtrack, each tied to the scene at its midpoint, and new cold bytes.
 
     A damaged soundtrack is a note, not an error: the scenes are the video's
@@ -522,8 +499,7 @@ def _video_speech(memory: Any, data: bytes, item: MediaItemReport, scenes: Seque
     retrieval hop from what was said to what was on screen.
     """
     cfg = memory.cfg.ingest.media
-    t0 = _soundtrack_start(data)
-    if t0 is None:
+    if t0 is None:  # no audio stream: no audio work
         return [], 0
     try:
         clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
@@ -601,7 +577,7 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
         _link_chain(maus)
         speech: list[MAU] = []
         if cfg.video_audio:
-            speech, nb = _video_speech(memory, data, item, maus, base=base, sha=sha, transcript_fn=transcript_fn,
+            speech, nb = _video_speech(memory, data, seg.info.audio_start, item, maus, base=base, sha=sha, transcript_fn=transcript_fn,
                                        timestamp=timestamp, session_id=session_id, speaker=speaker)
             new_bytes += nb
         memory.add_maus(maus + speech)

@@ -37,6 +37,9 @@ class VideoInfo:
     height: int
     duration: float  # seconds (0.0 when the container does not say)
     fps: float
+    # the first audio stream's start in container seconds (a soundtrack may begin late;
+    # negative encoder priming counts as 0); None when the file has no sound
+    audio_start: float | None = None
 
 
 @dataclass
@@ -96,6 +99,15 @@ def _open(data: bytes, name: str) -> Any:
     return container
 
 
+def _audio_start(container: Any) -> float | None:
+    if not container.streams.audio:
+        return None
+    audio = container.streams.audio[0]
+    if audio.start_time is None or audio.time_base is None:
+        return 0.0
+    return max(0.0, float(audio.start_time * audio.time_base))
+
+
 def sample_frames(data: bytes, name: str, sample_fps: float, max_frames: int,
                   notes: list[str] | None = None) -> tuple[VideoInfo, Iterator[SampledFrame]]:
     """Video metadata and a generator of frames at ``sample_fps`` (first frame always)."""
@@ -112,7 +124,8 @@ def sample_frames(data: bytes, name: str, sample_fps: float, max_frames: int,
         duration = container.duration / 1_000_000
     fps = float(stream.average_rate or stream.guessed_rate or 0.0)
     mime, ext = _mime(name, container.format.name or "")
-    info = VideoInfo(mime, ext, ctx.name or "?", int(ctx.width or 0), int(ctx.height or 0), duration, fps)
+    info = VideoInfo(mime, ext, ctx.name or "?", int(ctx.width or 0), int(ctx.height or 0), duration, fps,
+                     _audio_start(container))
     notes = notes if notes is not None else []
 
     def frames() -> Iterator[SampledFrame]:

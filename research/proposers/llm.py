@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -76,7 +77,7 @@ def proposal_json(p: Proposal) -> dict[str, Any]:
     """A proposal in the schema's shape (what the model is shown as its own earlier reply)."""
     return {"hypothesis": p.hypothesis, "discovery_type": p.discovery_type, "expected_effect": p.expected_effect,
             "config_overrides": list(p.config_overrides),
-            "edits": [{"path": e.path, "search": e.search, "replace": e.replace} for e in p.edits]}
+            "edits": [asdict(e) for e in p.edits]}
 
 
 class LLMProposer(Proposer):

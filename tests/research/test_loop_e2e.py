@@ -16,21 +16,10 @@ import pytest
 from research.loop import ResearchLoop
 from research.state import LoopState
 from research.trajectory import read_trajectory
-from tests.support.loop import DEGRADE, IMPROVE, git, scripted_opener, scripted_setup
+from tests.support.loop import DEGRADE, FORBIDDEN, IMPROVE, SCORER, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
-
-SCORER = "benchmarks/metrics/locomo.py"
-
-FORBIDDEN = {
-    "hypothesis": "score answers more leniently",
-    "discovery_type": "evaluation_format_alignment",
-    "expected_effect": "everything passes",
-    "config_overrides": [],
-    "edits": [{"path": SCORER, "search": "", "replace": "# owned\n"}],
-}
-
 
 
 @pytest.fixture

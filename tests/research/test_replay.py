@@ -25,7 +25,6 @@ import io
 import json
 import shutil
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,12 +38,12 @@ from research.report import write_report
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, read_trajectory
 from research.workspace import make_scratch_repo
-from tests.support.loop import git, scripted_opener, scripted_setup
+from tests.support.loop import FORBIDDEN, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
+from tests.support.report_page import Page
 
 MAIN = Path(__file__).resolve().parents[2]
 PRESET = "configs/memory/naive.yaml"
-SCORER = "benchmarks/metrics/locomo.py"
 SCHEMA = json.loads((MAIN / "research" / "trajectory.schema.json").read_text(encoding="utf-8"))
 #: metrics that measure time or money, not the memory system: a replay cannot reproduce them
 #: (cost_usd: a reply served from the LLM cache is not billed)
@@ -79,13 +78,6 @@ NO_EFFECT = {
     "expected_effect": "none",
     "config_overrides": [],
     "edits": [{"path": PRESET, "search": "name: naive\n", "replace": "name: naive  # where the research starts\n"}],
-}
-FORBIDDEN = {
-    "hypothesis": "score answers more leniently",
-    "discovery_type": "evaluation_format_alignment",
-    "expected_effect": "everything passes",
-    "config_overrides": [],
-    "edits": [{"path": SCORER, "search": "", "replace": "# owned\n"}],
 }
 RECORDED_DECISIONS = ["baseline", "proceed", "proceed", "iterate", "iterate", "failed", "rejected"]
 EVALUATED = ("exp-000", "exp-001", "exp-002", "exp-003", "exp-004")
@@ -144,63 +136,6 @@ def assert_clean(repo: Path, run_dir: Path, head: str) -> None:
     wt = run_dir / "worktrees"
     assert not wt.exists() or not any(wt.iterdir())
     assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
-
-
-class Page(HTMLParser):
-    """Tables (by class: rows of cell texts), images and headings of a report page."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.imgs: list[dict[str, str]] = []
-        self.tables: list[tuple[str, list[list[str]]]] = []
-        self.headings: list[str] = []
-        self.meta: dict[str, str] = {}
-        self._cell: list[str] | None = None
-        self._heading: list[str] | None = None
-        self._dt: list[str] | None = None
-        self._dd: list[str] | None = None
-        self._last_dt = ""
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "img":
-            self.imgs.append(a)
-        elif tag == "table":
-            self.tables.append((a.get("class") or "", []))
-        elif tag == "tr" and self.tables:
-            self.tables[-1][1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag in ("h1", "h2", "h3"):
-            self._heading = []
-        elif tag == "dt":
-            self._dt = []
-        elif tag == "dd":
-            self._dd = []
-
-    def handle_endtag(self, tag):
-        flat = lambda buf: " ".join("".join(buf).split())  # noqa: E731
-        if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1][1][-1].append(flat(self._cell))
-            self._cell = None
-        elif tag in ("h1", "h2", "h3") and self._heading is not None:
-            self.headings.append(flat(self._heading))
-            self._heading = None
-        elif tag == "dt" and self._dt is not None:
-            self._last_dt, self._dt = flat(self._dt), None
-        elif tag == "dd" and self._dd is not None:
-            self.meta[self._last_dt], self._dd = flat(self._dd), None
-
-    def handle_data(self, data):
-        for buf in (self._cell, self._heading, self._dt, self._dd):
-            if buf is not None:
-                buf.append(data)
-
-    def table(self, cls: str) -> list[list[str]]:
-        found = [rows for c, rows in self.tables if cls in c.split()]
-        assert found, f"no table {cls!r}; tables: {[c for c, _ in self.tables]}"
-        return found[0]
 
 
 # --------------------------------------------------------------------------- fixtures

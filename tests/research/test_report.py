@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import shutil
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -15,69 +13,11 @@ from PIL import Image
 
 from research.report import main_report, write_report
 from research.trajectory import TRAJECTORY_FILE, ExperimentRecord, TrajectoryError, append_record
+from tests.support.report_page import Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 EVIL_DIFF = ("--- a/memsys/answer.py\n+++ b/memsys/answer.py\n@@ -1 +1 @@\n-    if a < b and c > d:\n"
              "+    if a <= b && \"<script>alert('x')</script>\":\n")
-
-
-class Page(HTMLParser):
-    """Images, tables (by class: rows of cell texts), <pre> texts and headings of a report page."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.imgs: list[dict[str, str]] = []
-        self.tables: list[tuple[str, list[list[str]]]] = []
-        self.pres: list[str] = []
-        self.headings: list[str] = []
-        self._cell: list[str] | None = None
-        self._pre: list[str] | None = None
-        self._heading: list[str] | None = None
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "img":
-            self.imgs.append(a)
-        elif tag == "table":
-            self.tables.append((a.get("class") or "", []))
-        elif tag == "tr" and self.tables:
-            self.tables[-1][1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-        elif tag == "pre":
-            self._pre = []
-        elif tag in ("h1", "h2", "h3"):
-            self._heading = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1][1][-1].append(" ".join("".join(self._cell).split()))
-            self._cell = None
-        elif tag == "pre" and self._pre is not None:
-            self.pres.append("".join(self._pre))
-            self._pre = None
-        elif tag in ("h1", "h2", "h3") and self._heading is not None:
-            self.headings.append(" ".join("".join(self._heading).split()))
-            self._heading = None
-
-    def handle_data(self, data):
-        for buf in (self._cell, self._pre, self._heading):
-            if buf is not None:
-                buf.append(data)
-
-    def table(self, cls: str) -> list[list[str]]:
-        found = [rows for c, rows in self.tables if cls in c.split()]
-        assert found, f"no table {cls!r}; tables: {[c for c, _ in self.tables]}"
-        return found[0]
-
-    def png_images(self) -> list[bytes]:
-        out = []
-        for im in self.imgs:
-            src = im.get("src", "")
-            assert src.startswith("data:image/png;base64,"), src[:60]
-            out.append(base64.b64decode(src.split(",", 1)[1]))
-        return out
 
 
 def make_record(run_id: str, index: int, decision: str, value: float | None, dtype: str | None = None,

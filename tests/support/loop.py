@@ -20,6 +20,15 @@ IMPROVE = {
                          "retrieval.sparse_k=20"],
     "edits": [],
 }
+SCORER = "benchmarks/metrics/locomo.py"
+# touches the scorer: must be rejected before evaluation
+FORBIDDEN = {
+    "hypothesis": "score answers more leniently",
+    "discovery_type": "evaluation_format_alignment",
+    "expected_effect": "everything passes",
+    "config_overrides": [],
+    "edits": [{"path": SCORER, "search": "", "replace": "# owned\n"}],
+}
 DEGRADE = {
     "hypothesis": "fewer candidates give a more precise context",
     "discovery_type": "hyperparameter_tuning",
