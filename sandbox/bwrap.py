@@ -159,12 +159,13 @@ class BwrapSandbox(Sandbox):
         privileged = os.geteuid() == 0 and self.user in (None, 0)
         if privileged:
             args += ["--cap-drop", "ALL"]
+        # the private /tmp first: a checkout or venv under /tmp (git clone . /tmp/x) is bound on top of it
+        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp"]
         args += self._system_args()
         args += ["--proc", "/proc", "--dev", "/dev"]
         if privileged:  # uid 0 without capabilities may still write sysctls: make them read-only
             args += ["--ro-bind-try", "/proc/sys", "/proc/sys"]
             args += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger"]
-        args += ["--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp"]
         binds = [(str(p), "--ro-bind") for p in spec.readonly] + [(str(p), "--bind") for p in spec.writable]
         # parents before children, so a readonly dir inside a writable one stays readonly
         for path, flag in sorted(binds, key=lambda item: _depth(item[0])):

@@ -179,6 +179,18 @@ def test_build_argv_shape(root):
         assert path in argv or any(path.startswith(p + "/") for p in ("/usr",))
 
 
+def test_interpreter_under_tmp_is_bound_over_the_private_tmp(root, monkeypatch):
+    # a newcomer's `git clone . /tmp/x` puts the venv under /tmp: the private /tmp must not hide it
+    venv_dir = Path(tempfile.mkdtemp(prefix="venv-", dir="/tmp"))
+    venv = str(venv_dir)
+    monkeypatch.setattr("sandbox.bwrap.python_paths", lambda: [venv])
+    argv = BwrapSandbox().build_argv(spec(root, "pass"))
+    tmpfs = argv.index("--tmpfs")
+    assert argv[tmpfs + 1] == "/tmp"
+    assert argv[argv.index(venv) - 1] == "--ro-bind" and argv.index(venv) > tmpfs
+    venv_dir.rmdir()
+
+
 def test_spec_errors(root):
     with pytest.raises(SandboxError, match="not inside a writable or readonly path"):
         BOX.run(SandboxSpec(argv=["true"], workdir=root / "hidden"))
