@@ -8,8 +8,10 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 from benchmarks.splits import BenchmarkConfig, benchmark_config
-from memsys.config import LLMConfig, MemoryConfig, compose, validate
-from memsys.errors import ConfigError
+from harness.config import validate
+from harness.errors import ConfigError
+from memsys import LLMConfig, MemoryConfig
+from memsys import compose_config as compose
 
 SYSTEMS = ("memsys", "full_context")
 READERS = ("llm", "none")
@@ -26,6 +28,11 @@ class EvalConfig:
     run_id: str | None = None
     resume: bool = True
     full_context_budget: int = 6000
+    # the scorer's own budget: context recall counts only the claimed context ids whose raw
+    # turns fit this many tokens (recounted here), so claiming everything buys nothing
+    context_budget_tokens: int | None = 6000
+    # where the untrusted half runs for `memsys eval`: auto | docker | bwrap | process | inprocess
+    sandbox: str = "auto"
     mlflow: bool = True
     mlflow_experiment: str = "memsys-eval"
     parent_run_id: str | None = None

@@ -21,12 +21,11 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from memsys.config import validate
-from memsys.errors import ConfigError, DatasetError
-from memsys.paths import config_dir
-
 from benchmarks.datasets import canonical_name
 from benchmarks.datasets.schema import Benchmark, Question
+from harness.config import validate
+from harness.errors import ConfigError, DatasetError
+from harness.paths import config_dir
 
 SPLITS = ("dev", "test", "all")
 FULL = "full"  # sample name that always means every question

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memsys.paths import REPO_ROOT, runs_dir
+from harness.paths import REPO_ROOT, runs_dir
 
 if TYPE_CHECKING:
     from benchmarks.config import EvalSetup

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from memsys.errors import ConfigError
-from memsys.paths import config_dir
+from harness.config import compose as harness_compose
+from harness.config import validate
+from memsys.errors import ConfigError  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -190,24 +190,6 @@ class LLMConfig:
     local: LocalLLMConfig = field(default_factory=LocalLLMConfig)
 
 
-def validate(schema: type, node: Any, where: str = "config") -> Any:
-    """Merge ``node`` into the structured ``schema``; unknown keys and wrong types raise."""
-    try:
-        base = OmegaConf.structured(schema)
-        OmegaConf.set_struct(base, True)
-        if OmegaConf.is_config(node):  # a composed node may carry keys force-added with '+'
-            node = OmegaConf.to_container(node, resolve=True)
-            if isinstance(node, dict):
-                node.pop("defaults", None)
-        merged = OmegaConf.merge(base, node)
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as exc:
-        # the first line of a type error does not say which key: name it from full_key
-        key = getattr(exc, "full_key", None)
-        at = f" at '{key}'" if key else ""
-        raise ConfigError(f"invalid {where}{at}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
-
-
 _SCHEMAS_REGISTERED = False
 
 
@@ -228,24 +210,10 @@ def register_schemas() -> None:
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), directory: Path | None = None) -> DictConfig:
-    """Compose a primary config from ``configs/`` with Hydra-style ``key=value`` overrides."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
+    """Compose a primary config from ``configs/`` with Hydra-style ``key=value`` overrides
+    (the memory and LLM schemas registered first)."""
     register_schemas()
-
-    directory = Path(directory or config_dir())
-    if not (directory / f"{config_name}.yaml").exists():
-        raise ConfigError(f"no config '{config_name}.yaml' in {directory}")
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(directory), version_base="1.3"):
-            return hydra_compose(config_name=config_name, overrides=list(overrides))
-    except Exception as exc:  # hydra raises several unrelated types for bad overrides
-        raise ConfigError(f"cannot compose '{config_name}' with {list(overrides)}: {str(exc).splitlines()[0]}") from exc
-    finally:
-        GlobalHydra.instance().clear()
+    return harness_compose(config_name, overrides, directory)
 
 
 def load_memory_config(preset: str = "omni", overrides: Sequence[str] = ()) -> MemoryConfig:

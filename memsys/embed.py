@@ -10,6 +10,7 @@ ingestion time and benchmark stores are rebuilt often.
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -104,16 +105,25 @@ class HashingEmbedder(Embedder):
         return normalize_rows(out)
 
 
+#: environment variable naming a read-only embeddings file offered by the trusted side
+READONLY_EMBEDDINGS_ENV = "MEMSYS_EMBEDDINGS_READONLY"
+
+
 class CachedEmbedder(Embedder):
     """Wraps an embedder with a persistent SQLite cache keyed by sha256(model, text)."""
 
-    def __init__(self, inner: Embedder, path: Path):
+    def __init__(self, inner: Embedder, path: Path, readonly: Path | None = None):
+        """``readonly``: a shared cache offered read-only (in the sandbox); it is consulted first
+        and never written. New vectors go to ``path`` with their text, so the trusted side can
+        verify them by recomputing before it shares them."""
         self.inner, self.dim, self.name = inner, inner.dim, inner.name
         self.path = path
+        self.readonly = readonly if readonly is not None and readonly.is_file() else None
         path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         try:
             self._conn().execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB NOT NULL)")
+            self._conn().execute("CREATE TABLE IF NOT EXISTS emb_text (key TEXT PRIMARY KEY, model TEXT, text TEXT)")
         except sqlite3.DatabaseError as exc:
             raise CacheError(f"embedding cache {path} is unreadable ({exc}); delete it to start fresh") from exc
 
@@ -126,6 +136,15 @@ class CachedEmbedder(Embedder):
             self._local.conn = conn
         return conn
 
+    def _ro_conn(self) -> sqlite3.Connection | None:
+        if self.readonly is None:
+            return None
+        conn = getattr(self._local, "ro", None)
+        if conn is None:
+            conn = sqlite3.connect(f"file:{self.readonly}?mode=ro&immutable=1", uri=True, timeout=30)
+            self._local.ro = conn
+        return conn
+
     def _key(self, text: str) -> str:
         return hashlib.sha256(f"{self.name}\x00{text}".encode()).hexdigest()
 
@@ -133,11 +152,19 @@ class CachedEmbedder(Embedder):
         keys = [self._key(t) for t in texts]
         found: dict[str, np.ndarray] = {}
         conn = self._conn()
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            q = f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})"
-            for k, blob in conn.execute(q, chunk):
-                found[k] = np.frombuffer(blob, dtype=np.float32)
+        for source in (self._ro_conn(), conn):
+            if source is None:
+                continue
+            want = [k for k in dict.fromkeys(keys) if k not in found]
+            for start in range(0, len(want), 500):
+                chunk = want[start : start + 500]
+                q = f"SELECT key, vec FROM emb WHERE key IN ({','.join('?' * len(chunk))})"
+                try:
+                    for k, blob in source.execute(q, chunk):
+                        found[k] = np.frombuffer(blob, dtype=np.float32)
+                except sqlite3.DatabaseError as exc:  # a shared file mid-merge: compute instead
+                    if source is conn:
+                        raise CacheError(f"embedding cache {self.path} is unreadable ({exc})") from exc
         missing = sorted({i for i, k in enumerate(keys) if k not in found}, key=lambda i: keys[i])
         if missing:
             uniq: dict[str, str] = {}
@@ -147,6 +174,8 @@ class CachedEmbedder(Embedder):
             rows = [(k, v.astype(np.float32).tobytes()) for k, v in zip(uniq, vecs)]
             conn.execute("BEGIN")
             conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)", rows)
+            conn.executemany("INSERT OR REPLACE INTO emb_text VALUES (?, ?, ?)",
+                             [(k, self.name, t) for k, t in uniq.items()])
             conn.execute("COMMIT")
             found.update({k: v for k, v in zip(uniq, vecs)})
         return np.stack([found[k] for k in keys]).astype(np.float32)
@@ -168,6 +197,8 @@ def make_embedder(cfg: EmbedderConfig, *, cache_path: Path | None = None) -> Emb
             else:
                 raise ModelError(f"unknown embedder backend '{cfg.backend}' (sentence_transformers | hashing)")
             if cfg.cache:
-                inner = CachedEmbedder(inner, cache_path or cache_dir() / "embeddings.sqlite")
+                ro = os.environ.get(READONLY_EMBEDDINGS_ENV)
+                inner = CachedEmbedder(inner, cache_path or cache_dir() / "embeddings.sqlite",
+                                       readonly=Path(ro) if ro and cache_path is None else None)
             _EMBEDDERS[key] = inner
         return _EMBEDDERS[key]

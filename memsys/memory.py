@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence

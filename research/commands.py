@@ -1,8 +1,9 @@
-"""``memsys run | quickstart | replay | report`` subcommands."""
+"""``memsys eval | run | quickstart | confirm | replay | report`` subcommands."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -13,11 +14,20 @@ QUICKSTART = ["sample=tiny", "memory=naive", "research.proposer=llm", "research.
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval", help="evaluate one config on one benchmark split",
+        description="e.g. memsys eval benchmark=locomo split=dev memory=omni llm=local workers=2",
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_eval)
     p = sub.add_parser("run", help="launch (or --resume) an autonomous optimization run",
                        description="e.g. memsys run benchmark=locomo split=dev memory=naive proposer=llm llm=local "
                                    "research.budget.experiments=8")
     p.add_argument("--resume", metavar="RUN_ID", help="continue a killed or finished run")
     p.set_defaults(func=cmd_run)
+    p = sub.add_parser("confirm", help="score a run's baseline and best commit on the held-out test split")
+    p.add_argument("run_id")
+    p.set_defaults(func=cmd_confirm)
     p = sub.add_parser("quickstart", help="a short optimization run on the embedded defaults (< 15 min, 2 cores)")
     p.set_defaults(func=cmd_quickstart)
     p = sub.add_parser("replay", help="re-apply a run's recorded experiments from its base commit and re-evaluate")
@@ -27,6 +37,36 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="HTML + PNG report of a run (or two runs side by side)")
     p.add_argument("run_ids", nargs="+")
     p.set_defaults(func=cmd_report)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Fixed-config evaluation through the same two halves as the loop (sandboxed answers, trusted scoring)."""
+    from rich.console import Console
+
+    from benchmarks.config import load_eval_setup
+    from benchmarks.tracking import ui_command
+    from research.evaluate import evaluate_config
+    from research.failures import format_error_line
+
+    setup = load_eval_setup(args.overrides)
+    console = Console(stderr=False)
+    out = evaluate_config(setup, args.overrides, progress=not args.no_progress)
+    if not out.ok:
+        f = out.failure
+        tail = (out.sandbox.stderr.strip().splitlines()[-15:] if out.sandbox and out.sandbox.stderr else [])
+        for line in tail:
+            print(line, file=sys.stderr)
+        print(f"error: evaluation failed ({f.cls.value}): {f.message}", file=sys.stderr)
+        print(format_error_line("evaluation", f.message), file=sys.stderr)
+        return 2
+    res = out.eval_result
+    console.print(res.table)
+    console.print(f"run folder: {res.run_dir}")
+    if out.sandbox is not None:
+        console.print(f"answers from {out.sandbox.summary()}", markup=False, style="dim")
+    if res.mlflow_run_id:
+        console.print(f"MLflow run {res.mlflow_run_id}; open the UI with: {ui_command()}")
+    return 0
 
 
 def _printer(console: Any):
@@ -40,6 +80,13 @@ def _printer(console: Any):
                           f"  {(r.discovery_type or '')[:22]:22} {r.hypothesis[:60]}{fail}")
         elif kind == "propose":
             console.print(f"[dim]{data['experiment']}: asking the {data['proposer']} proposer ({data['mode']})...[/]")
+        elif kind == "sandbox":
+            weak = " [red](weak: allowed by research.sandbox.allow_weak)[/]" if data["weak"] else ""
+            console.print(f"[dim]sandbox {data['backend']}: {', '.join(data['guarantees'])}[/]{weak}")
+        elif kind == "confirm":
+            console.print(f"[dim]held-out confirmation: baseline and best on the {data['split']} split...[/]")
+        elif kind == "confirmed":
+            console.print(f"[bold]held-out[/] {data['line']}")
         elif kind == "heal":
             console.print(f"[yellow]  heal {data['experiment']} #{data['attempt']}: {data['failure']} -> {data['action']}[/]")
     return on_event
@@ -62,6 +109,28 @@ def cmd_run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     state = loop.run()
     print_summary(console, loop)
     console.print(f"stopped: {state.stop_reason}")
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    """Re-run the held-out confirmation of a finished run (baseline and best on the test split)."""
+    from contextlib import ExitStack
+
+    from rich.console import Console
+
+    from research.confirm import confirm, describe
+    from research.guarantees import check_sandbox
+    from research.loop import ResearchLoop
+
+    console = Console()
+    loop = ResearchLoop.from_run(args.run_id)
+    loop.state = loop.load_state()
+    check_sandbox(loop._sandbox_obj(), allow_weak=loop.setup.research.sandbox.allow_weak)
+    with ExitStack() as stack:
+        loop._stack = stack
+        loop._open_llm(stack)
+        record = confirm(loop)
+    console.print(describe(record))
     return 0
 
 
@@ -103,7 +172,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from memsys.paths import runs_dir
+    from harness.paths import runs_dir
     from research.report import main_report
 
     path = main_report(args.run_ids, runs_dir())

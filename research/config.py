@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from omegaconf import OmegaConf
-
 from benchmarks.config import EvalSetup, load_eval_setup
+from harness.errors import ConfigError
 from memsys.config import compose, validate
-from memsys.errors import ConfigError
 
 
 @dataclass
@@ -42,19 +40,32 @@ class LoopConfig:
 
 @dataclass
 class SandboxConfig:
-    backend: str = "auto"
+    backend: str = "auto"  # auto picks the strongest backend that works here
     wall_timeout_s: float = 1800.0
     memory_gb: float = 8.0
+    # a backend without filesystem and network isolation (process) lets the evaluated code
+    # reach the scorer, the run folder and the network: refused unless the user says so
+    allow_weak: bool = False
+
+
+@dataclass
+class ConfirmConfig:
+    """Held-out confirmation when a run ends: baseline and best on the test split, scored once,
+    never shown to the researcher."""
+
+    enabled: bool = True
+    split: str = "test"
+    sample: str | None = None  # None: the run's own sample name (tiny, small, full) on the test split
 
 
 @dataclass
 class ResearchConfig:
     proposer: str = "llm"
     repo: str | None = None
-    surface: list[str] = field(default_factory=lambda: ["memsys/", "configs/memory/"])
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
 
 
 @dataclass
@@ -64,10 +75,15 @@ class RunSetup:
     overrides: list[str]
 
 
-def load_run_setup(overrides: Sequence[str] = ()) -> RunSetup:
+def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) -> RunSetup:
+    """``optimizing``: the setup of a run the researcher steers, which may only see dev (a replay
+    of a finished run may evaluate on test)."""
     ev = load_eval_setup(overrides, config_name="run")
     cfg = compose("run", overrides)
     rc = validate(ResearchConfig, cfg.research, where="research config")
+    if optimizing and ev.eval.split != "dev":
+        raise ConfigError(f"memsys run optimizes on the dev split only (got split={ev.eval.split}): the test split "
+                          "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in ("llm", "optuna", "alternate"):
         raise ConfigError(f"research.proposer must be llm | optuna | alternate, got {rc.proposer!r}")
     return RunSetup(ev, rc, list(overrides))

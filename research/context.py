@@ -23,8 +23,8 @@ def build_context(state: Any, records: list, setup: Any, preset: str, run_dir: P
     import git
     from omegaconf import OmegaConf
 
+    from harness.tokens import count_tokens
     from memsys.config import MemoryConfig
-    from memsys.tokens import count_tokens
 
     repo = git.Repo(state.repo)
 

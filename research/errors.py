@@ -1,6 +1,6 @@
 """Typed errors of the research loop (the healer classifies on ``kind``)."""
 
-from memsys.errors import MemsysError
+from harness.errors import MemsysError
 
 
 class ResearchError(MemsysError):
@@ -33,3 +33,15 @@ class RunStateError(ResearchError):
 
 class EvaluationError(ResearchError):
     kind = "evaluation"
+
+
+class WeakSandboxError(ResearchError):
+    """The chosen sandbox does not isolate the filesystem and the network: the run refuses to start."""
+
+    kind = "weak_sandbox"
+
+
+class PresetError(ForbiddenEditError):
+    """A memory preset changed by an edit reaches outside ``memory`` or breaks its shape."""
+
+    kind = "preset"

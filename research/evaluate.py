@@ -1,39 +1,78 @@
-"""Evaluate a worktree's memory system in the sandbox and read its result file.
+"""One evaluation in two halves: untrusted answers in the sandbox, trusted scoring here.
 
-The evaluation is a separate process (never in-process with the loop's secrets):
-``python -m benchmarks.cli eval ... --result-file OUT`` with the worktree first on
-PYTHONPATH, so the edited ``memsys`` is what runs. The scorer, splits, data and
-loop are mounted read-only; only the output folder and the content-hash cache
-are writable.
+The evaluated tree's code (a worktree's ``memsys``) runs only inside the sandbox, as
+``python -m memsys.predict REQUEST.json``. It gets a public view made here for this
+evaluation (conversations, question ids and texts: no gold, no evidence, no category),
+no network (its reader reaches the LLM through the host-side gateway's Unix socket),
+read-only shared caches and a writable folder for its answers. Everything else happens in
+this process, whose import path holds no worktree code: choosing the questions, reading
+and validating the answers, scoring them against gold, writing the result, and merging
+only verified cache entries. The objective's name and the question count are the ones
+requested here, never read back from the sandbox.
+
+``memsys eval`` and the research loop both call :func:`evaluate`, so a config scores the
+same in and out of the loop.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
-from memsys.paths import cache_dir, data_dir
-from research.failures import Failure, classify_result
+from benchmarks.config import EvalSetup
+from benchmarks.runner import EvalResult, finish_eval, prepare_run, selection
+from benchmarks.scoring import Usage
+from benchmarks.views import write_public_view
+from harness.atomic import atomic_write_json
+from harness.errors import MemsysError
+from harness.views import (
+    ANSWERS_FILE,
+    REQUEST_FILE,
+    VIEW_FILE,
+    PredictionFormatError,
+    PredictRequest,
+    read_answers,
+)
+from research.caches import HELDOUT_DIR, SHARED_DIR, MergeReport, SharedCache, code_namespace
+from research.failures import Failure, FailureClass, _failure, classify_exception, classify_result
 from sandbox import SandboxResult, SandboxSpec
 
+log = logging.getLogger(__name__)
+
 RESULT_SCHEMA = "memsys-eval-result/1"
-READONLY_IN_WORKTREE = ("benchmarks", "research", "sandbox", "configs/benchmark", "configs/eval.yaml",
-                        "configs/run.yaml", "scripts", "tests")
+#: environment names of the sandbox contract (read by memsys inside the sandbox)
+STORES_READONLY_ENV = "MEMSYS_STORES_READONLY"
+EMBEDDINGS_READONLY_ENV = "MEMSYS_EMBEDDINGS_READONLY"
+#: base_url the sandboxed reader uses; the host part is ignored over the socket
+GATEWAY_BASE_URL = "http://gateway/v1"
+
+
+class Gateway(Protocol):
+    socket_path: Path
+
+    def usage(self) -> Any: ...
 
 
 @dataclass
-class EvalRequest:
-    worktree: Path
-    out_dir: Path
-    overrides: list[str]
+class EvalJob:
+    """What to evaluate: a trusted eval setup, and the tree whose memory system answers."""
+
+    setup: EvalSetup
+    code_root: Path
+    memory_preset: str
+    work_dir: Path  # untrusted folders: public/ (read-only), out/ and cache/ (writable)
+    memory_overrides: Sequence[str] = ()
+    runs_root: Path | None = None  # the trusted run folder is runs_root/<run_id>
     wall_timeout_s: float = 1800.0
     memory_bytes: int | None = 8 << 30
-    network: str = "none"
-    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. an API key, only when needed
+    reader_llm: dict[str, Any] = field(default_factory=dict)  # the reader's LLMConfig, as a dict
 
 
 @dataclass
@@ -43,13 +82,178 @@ class EvalOutcome:
     failure: Failure | None
     sandbox: SandboxResult | None
     result_status: str  # ok | missing | invalid
+    usage: Usage | None = None
+    cache: MergeReport | None = None
+    eval_result: EvalResult | None = None
 
     @property
     def objective_value(self) -> float | None:
         return None if not self.result else self.result.get("objective_value")
 
 
+def _python_paths() -> list[Path]:
+    seen: list[Path] = []
+    for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix):
+        for p in (Path(prefix), Path(os.path.realpath(prefix))):
+            if p not in seen:
+                seen.append(p)
+    return seen
+
+
+def prepare_public(job: EvalJob, bench: Any) -> tuple[PredictRequest, Path]:
+    """Fresh public/ folder (view + request), out/ and cache/ folders; returns the request."""
+    work = job.work_dir.resolve()
+    public, out, cache = work / "public", work / "out", work / "cache"
+    shutil.rmtree(public, ignore_errors=True)
+    write_public_view(bench, public)
+    out.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    ev = job.setup.eval
+    llm = dict(job.reader_llm)
+    req = PredictRequest(view_path=str(public / VIEW_FILE), out_dir=str(out), memory_preset=job.memory_preset,
+                         memory_overrides=tuple(job.memory_overrides), reader=ev.reader, system=ev.system,
+                         workers=ev.workers, full_context_budget=ev.full_context_budget, llm=llm,
+                         resume=ev.resume)
+    req.write(public / REQUEST_FILE)
+    return req, public / REQUEST_FILE
+
+
+def sandbox_spec(job: EvalJob, request_path: Path, *, gateway: Gateway | None, shared: SharedCache | None,
+                 namespace: str) -> SandboxSpec:
+    work = job.work_dir.resolve()
+    root = job.code_root.resolve()
+    env = {
+        "PYTHONPATH": str(root),
+        "MEMSYS_CONFIG_DIR": str(root / "configs"),
+        "MEMSYS_CACHE_DIR": str(work / "cache"),
+        "MEMSYS_RUNS_DIR": str(work / "out"),
+        "HOME": str(work / "out"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "MPLBACKEND": "Agg",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    readonly = [root, work / "public", *[p for p in _python_paths() if p.is_dir()]]
+    if gateway is not None:
+        env.update(gateway.child_env())
+        readonly.append(Path(gateway.socket_path).parent)
+    if shared is not None:
+        stores = shared.stores_dir(namespace)
+        env[STORES_READONLY_ENV] = str(stores)
+        readonly.append(stores)
+        if shared.embeddings_path.exists():
+            env[EMBEDDINGS_READONLY_ENV] = str(shared.embeddings_path)
+            readonly.append(shared.embeddings_dir())
+    argv = [sys.executable, "-m", "memsys.predict", str(request_path)]
+    return SandboxSpec(argv=argv, workdir=root, writable=[work / "out", work / "cache"], readonly=readonly,
+                       env=env, network="none", wall_timeout_s=job.wall_timeout_s, memory_bytes=job.memory_bytes,
+                       max_file_bytes=2 << 30, max_open_files=4096)
+
+
+#: failure classes that blame the endpoint or the budget: the gateway saw it, or it did not happen
+_ENDPOINT_CLASSES = (FailureClass.AUTH, FailureClass.RATE_LIMIT, FailureClass.API_ERROR)
+
+
+def _check_endpoint_claim(failure: Failure, gateway: Gateway | None, before: Any, code_changed: bool) -> Failure:
+    """The sandbox's stderr is the evaluated code's word. A failure it blames on the endpoint or
+    the budget (which the healer treats as infrastructure: no penalty, a retry, a switch of
+    model, or a stop) is believed only if the host-side gateway saw such a reply."""
+    budget = failure.message.startswith("budget")
+    if failure.cls not in _ENDPOINT_CLASSES and not budget:
+        return failure
+    if gateway is not None:
+        d = gateway.usage() - before
+        if (budget and d.rejected_budget) or (not budget and d.errors):
+            return failure
+    return _failure(FailureClass.RUNTIME_ERROR, f"the evaluated code reported '{failure.message}', but the "
+                    "gateway saw no such reply", code_changed=code_changed)
+
+
+def _usage_delta(gateway: Gateway | None, before: Any) -> Usage | None:
+    if gateway is None:
+        return None
+    d = gateway.usage() - before
+    return Usage(prompt_tokens=d.prompt_tokens + d.cached_prompt_tokens,
+                 completion_tokens=d.completion_tokens + d.cached_completion_tokens, cost_usd=d.cost_usd,
+                 requests=d.requests, billed_tokens=d.prompt_tokens + d.completion_tokens, cache_hits=d.cache_hits)
+
+
+def _result_dict(res: EvalResult) -> dict[str, Any]:
+    return {"schema": RESULT_SCHEMA, "run_id": res.run_id, "run_dir": str(res.run_dir), "objective": res.objective,
+            "objective_value": res.objective_value, "metrics": res.metrics, "n_questions": res.n_questions,
+            "n_errors": res.n_errors, "wall_s": res.wall_s, "mlflow_run_id": res.mlflow_run_id}
+
+
+def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shared: SharedCache | None = None,
+             llm: Any = None, parent_metrics: dict[str, Any] | None = None, code_changed: bool = False,
+             edited_paths: Sequence[str] = (), raise_errors: bool = False) -> EvalOutcome:
+    """Run both halves. ``sandbox=None`` runs the untrusted half in this process (tests, benches,
+    a user's own code): the same code and the same scoring, without isolation; ``raise_errors``
+    then lets its typed errors through instead of classifying them."""
+    from harness.paths import runs_dir
+
+    started = time.perf_counter()
+    setup = job.setup
+    bench = selection(setup)
+    runs_root = job.runs_root or runs_dir()
+    run_id, run_dir = prepare_run(setup, bench, runs_root)
+    req, request_path = prepare_public(job, bench)
+    namespace = code_namespace(job.code_root)
+    before = gateway.usage() if gateway is not None else None
+    res: SandboxResult | None = None
+    if sandbox is None:
+        try:
+            from memsys.predict import predict
+
+            predict(req, llm=llm)
+        except MemsysError as exc:
+            if raise_errors:
+                raise
+            return EvalOutcome(False, None, classify_exception(exc, code_changed=code_changed,
+                                                               edited_paths=edited_paths), None, "missing")
+    else:
+        spec = sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace)
+        res = sandbox.run(spec)
+        if not res.ok:
+            failure = classify_result(res, result_status="missing", metrics=None, parent_metrics=parent_metrics,
+                                      code_changed=code_changed, edited_paths=list(edited_paths))
+            failure = failure or _failure(FailureClass.UNKNOWN, res.summary(), code_changed=code_changed)
+            failure = _check_endpoint_claim(failure, gateway, before, code_changed)
+            return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(gateway, before))
+    usage = _usage_delta(gateway, before)
+    cache = shared.merge(job.work_dir.resolve() / "cache", namespace) if shared is not None else None
+    try:
+        answers = read_answers(job.work_dir.resolve() / "out" / ANSWERS_FILE, [q.id for q in bench.questions])
+    except PredictionFormatError as exc:
+        if raise_errors:
+            raise
+        failure = _failure(FailureClass.FORMAT_MISMATCH, f"prediction_format: {exc}", code_changed=code_changed)
+        return EvalOutcome(False, None, failure, res, "invalid", usage=usage, cache=cache)
+    try:
+        result = finish_eval(setup, bench, run_id, run_dir, answers, time.perf_counter() - started, usage)
+    except MemsysError as exc:
+        if raise_errors:
+            raise
+        failure = _check_endpoint_claim(classify_exception(exc, code_changed=code_changed), gateway, before,
+                                        code_changed) if sandbox is not None else classify_exception(
+                                            exc, code_changed=code_changed)
+        return EvalOutcome(False, None, failure, res, "missing", usage=usage, cache=cache)
+    data = _result_dict(result)
+    atomic_write_json(run_dir / "result.json", data)
+    beside = job.work_dir.resolve().parent / "result.json"  # next to untrusted/: evals/<exp>/result.json
+    if beside != (run_dir / "result.json").resolve():
+        atomic_write_json(beside, data)
+    numeric = {k: v for k, v in result.metrics.items() if v is not None and not isinstance(v, str)}
+    failure = None
+    if res is not None:
+        failure = classify_result(res, result_status="ok", metrics=numeric, parent_metrics=parent_metrics,
+                                  code_changed=code_changed, edited_paths=list(edited_paths))
+    return EvalOutcome(failure is None, data, failure, res, "ok", usage=usage, cache=cache, eval_result=result)
+
+
 def read_result(path: Path) -> tuple[str, dict[str, Any] | None]:
+    """A trusted result file written by :func:`evaluate` (for replay and reports)."""
     if not path.exists():
         return "missing", None
     try:
@@ -61,54 +265,139 @@ def read_result(path: Path) -> tuple[str, dict[str, Any] | None]:
     return "ok", data
 
 
-def build_spec(req: EvalRequest) -> SandboxSpec:
-    wt = req.worktree.resolve()
-    out = req.out_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    cache = cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    result_file = out / "result.json"
-    result_file.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "benchmarks.cli", "eval", *req.overrides, "--no-progress",
-            "--result-file", str(result_file)]
-    env = {
-        "PYTHONPATH": str(wt),
-        "MEMSYS_RUNS_DIR": str(out),
-        "MEMSYS_CACHE_DIR": str(cache),
-        "MEMSYS_DATA_DIR": str(data_dir()),
-        "MEMSYS_CONFIG_DIR": str(wt / "configs"),
-        "HOME": str(out),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "MPLBACKEND": "Agg",
-        **{k: os.environ[k] for k in ("MEMSYS_MODELS_DIR",) if k in os.environ},
-        **req.extra_env,
-    }
-    readonly = [wt / p for p in READONLY_IN_WORKTREE if (wt / p).exists()]
-    readonly += [wt, Path(sys.prefix), data_dir()]
-    return SandboxSpec(
-        argv=argv, workdir=wt, writable=[out, cache], readonly=readonly, env=env, network=req.network,
-        wall_timeout_s=req.wall_timeout_s, memory_bytes=req.memory_bytes, max_file_bytes=2 << 30,
-        max_open_files=4096,
-    )
+# ---------------------------------------------------------------------- fixed-config evaluation
+def reader_config_for_sandbox(cfg: Any) -> dict[str, Any]:
+    """The reader's LLMConfig as the sandbox sees it: the gateway, no key, no cache of its own."""
+    from dataclasses import asdict
+
+    d = asdict(cfg)
+    d.update(backend="openai", base_url=GATEWAY_BASE_URL, cache=False, api_key_env="MEMSYS_GATEWAY_NO_KEY")
+    return d
 
 
-def evaluate(sandbox: Any, req: EvalRequest, *, parent_metrics: dict[str, Any] | None = None,
-             code_changed: bool = False, edited_paths: Sequence[str] = ()) -> EvalOutcome:
-    spec = build_spec(req)
-    res = sandbox.run(spec)
-    status, data = read_result(req.out_dir / "result.json")
-    metrics = None
-    if data is not None:
-        metrics = {k: v for k, v in data["metrics"].items()
-                   if v is not None and not isinstance(v, str)}  # names like "objective" are not values
-    failure = classify_result(
-        res, result_status=status, metrics=metrics, parent_metrics=parent_metrics,
-        code_changed=code_changed, edited_paths=list(edited_paths),
-    )
-    if failure is None and status != "ok":
-        from research.failures import FailureClass, _failure  # noqa: PLC2701 - same package helper
+def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> Any:
+    """A host-side gateway to the reader's endpoint (the key stays in this process)."""
+    from research.gateway import LLMGateway
 
-        failure = _failure(FailureClass.FORMAT_MISMATCH, f"result file {status}", code_changed=code_changed)
-    return EvalOutcome(failure is None, data, failure, res, status)
+    key = None if cfg.backend == "local" else os.environ.get(cfg.api_key_env) or None
+    cache = getattr(llm, "cache", None)
+    if cache is None and cfg.cache:  # the reader's replies are cached as the run's config says
+        from memsys.llm.cache import ResponseCache
+
+        cache = ResponseCache()
+    return LLMGateway(str(llm.base_url), socket_path=socket_dir / "llm.sock", api_key=key, model=cfg.model,
+                      budget=budget, price_input_per_1m=cfg.price_input_per_1m,
+                      price_output_per_1m=cfg.price_output_per_1m, cache=cache,
+                      cache_tag=getattr(llm, "cache_tag", None))
+
+
+def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:
+    """(preset, memory.* overrides) as the user gave them; the sandbox composes them itself."""
+    preset = setup.memory.name
+    mem: list[str] = []
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key == "memory":
+            preset = o.split("=", 1)[1]
+        elif key.startswith("memory."):
+            mem.append(o)
+    return preset, mem
+
+
+def short_socket_dir() -> Path:
+    """A private folder for the gateway's socket (Unix socket paths are limited to 107 bytes)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="memsys-gw-"))
+
+
+def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_root: Path | None = None,
+                    progress: bool = True) -> EvalOutcome:
+    """``memsys eval``: the same two halves as the loop, on this checkout's code."""
+    from contextlib import ExitStack
+
+    from benchmarks.runner import new_run_id
+    from harness.paths import REPO_ROOT, cache_dir, runs_dir
+
+    ev = setup.eval
+    ev.run_id = ev.run_id or new_run_id(setup)
+    preset, mem_overrides = memory_choice(overrides, setup)
+    sandbox = None
+    if ev.sandbox != "inprocess":
+        from sandbox import make_sandbox
+
+        sandbox = make_sandbox(ev.sandbox)
+    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / ev.run_id / "untrusted",
+                  memory_overrides=mem_overrides)
+    with ExitStack() as stack:
+        llm = gateway = None
+        if ev.reader == "llm":
+            from memsys.llm.client import open_llm
+
+            llm = stack.enter_context(open_llm(setup.llm))
+            if sandbox is not None:
+                sock = short_socket_dir()
+                stack.callback(shutil.rmtree, sock, True)
+                gateway = stack.enter_context(open_gateway(setup.llm, llm, sock))
+                job.reader_llm = reader_config_for_sandbox(setup.llm)
+        # anything but dev (test, all) shares only with other held-out evaluations
+        shared = SharedCache(cache_dir(), name=SHARED_DIR if ev.split == "dev" else HELDOUT_DIR) if sandbox is not None else None
+        if progress:
+            stack.enter_context(answer_progress(job.work_dir / "out" / ANSWERS_FILE, setup))
+        return evaluate(job, sandbox, gateway=gateway, shared=shared, llm=llm)
+
+
+class answer_progress:
+    """A progress bar fed by the growth of the sandbox's answers file (the only channel we read)."""
+
+    def __init__(self, path: Path, setup: EvalSetup):
+        self.path, self.setup = path, setup
+        self._stop = None
+
+    def __enter__(self) -> "answer_progress":
+        import threading
+
+        from tqdm import tqdm
+
+        total = len(selection(self.setup).questions)
+        self._bar = tqdm(total=total, unit="q", desc="eval")
+        self._stop = threading.Event()
+
+        def poll() -> None:
+            seen = 0
+            while not self._stop.wait(0.5):
+                try:
+                    with open(self.path, "rb") as fh:
+                        n = fh.read().count(b"\n")
+                except OSError:
+                    continue
+                if n > seen:
+                    self._bar.update(min(n, total) - seen)
+                    seen = min(n, total)
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        if exc[0] is None:
+            self._bar.update(self._bar.total - self._bar.n)
+        self._bar.close()
+
+
+def run_in_process(setup: EvalSetup, overrides: Sequence[str] = (), *, llm: Any = None,
+                   code_root: Path | None = None) -> EvalResult:
+    """Both halves in this process (tests, benches): the same code and scoring, no isolation.
+    Typed errors propagate; returns the scored result."""
+    from benchmarks.runner import new_run_id
+    from harness.paths import REPO_ROOT, runs_dir
+
+    setup.eval.run_id = setup.eval.run_id or new_run_id(setup)
+    preset, mem_overrides = memory_choice(overrides, setup)
+    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / setup.eval.run_id / "untrusted",
+                  memory_overrides=mem_overrides)
+    out = evaluate(job, None, llm=llm, raise_errors=True)
+    assert out.eval_result is not None
+    return out.eval_result

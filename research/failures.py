@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal
 
-from memsys.errors import MemsysError
+from harness.errors import MemsysError
 
 Severity = Literal["low", "medium", "high", "fatal"]
 ResultStatus = Literal["ok", "missing", "invalid"]
@@ -106,6 +106,7 @@ KIND_TO_CLASS: dict[str, FailureClass] = {
     "llm": FailureClass.API_ERROR,
     "timeout": FailureClass.TIMEOUT,
     "format": FailureClass.FORMAT_MISMATCH,
+    "prediction_format": FailureClass.FORMAT_MISMATCH,
     "budget": FailureClass.INFRASTRUCTURE,
     "dependency": FailureClass.DEPENDENCY,
     "model": FailureClass.DEPENDENCY,
@@ -129,6 +130,8 @@ KIND_TO_CLASS: dict[str, FailureClass] = {
     "workspace": FailureClass.INFRASTRUCTURE,
     "run_state": FailureClass.INFRASTRUCTURE,
     "evaluation": FailureClass.INFRASTRUCTURE,
+    "weak_sandbox": FailureClass.INFRASTRUCTURE,
+    "preset": FailureClass.FORBIDDEN_EDIT,
 }
 #: per-kind overrides of the class policy
 _KIND_FIXES: dict[str, tuple[Severity, str]] = {

@@ -6,8 +6,10 @@ Every step is journaled (trajectory.jsonl) and the loop state saved atomically, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import asdict
@@ -15,25 +17,35 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from memsys.errors import LLMAuthError, MemsysError
-from memsys.paths import REPO_ROOT, runs_dir
-from memsys.store.atomic import atomic_write_json
+from harness.atomic import atomic_write_json
+from harness.errors import LLMAuthError, MemsysError
+from harness.paths import REPO_ROOT, cache_dir, runs_dir
+from harness.surface import MUTABLE_SURFACE
 from research import decide as D
+from research.caches import HELDOUT_DIR, SharedCache
 from research.config import RunSetup, run_setup_from_dict
+from research.context import build_context
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
-from research.evaluate import EvalOutcome, EvalRequest, evaluate
+from research.evaluate import EvalJob, EvalOutcome, evaluate, open_gateway, reader_config_for_sandbox, short_socket_dir
 from research.failures import FailureClass, classify_exception, one_line
+from research.guarantees import check_sandbox
 from research.healing import edits_without_import, plan_heal
+from research.presets import check_presets
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.repeats import describe_outcome, describe_tried, repeated_experiment
 from research.state import LoopState
-from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
-from research.context import build_context
 from research.tracking import finish_parent_run, log_experiment, numeric, start_parent_run
+from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
+
+
+def _forbidden(exc: Exception) -> dict[str, Any]:
+    from research.failures import _failure
+
+    return _failure(FailureClass.FORBIDDEN_EDIT, str(exc), code_changed=True).to_dict() | {"stage": "commit"}
 
 
 def _now() -> str:
@@ -61,6 +73,10 @@ class ResearchLoop:
         self.workers_override: int | None = None
         self._stack: ExitStack | None = None
         self._proposers: dict[str, Proposer] = {}
+        self.gateway = None
+        self.budget = None
+        self.shared_cache = SharedCache(cache_dir())
+        self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -72,6 +88,12 @@ class ResearchLoop:
             raise RunStateError(f"no optimization run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
         raw = json.loads(cfg_path.read_text())
         return cls(run_setup_from_dict(raw["config"], raw.get("overrides", [])), run_id, resume=True, **kw)
+
+    def load_state(self) -> LoopState:
+        """The saved state and trajectory of this run (for commands that act on a finished run)."""
+        self.state = LoopState.load(self.run_dir)
+        self.records, _ = read_trajectory(self.run_dir)
+        return self.state
 
     def _init_state(self) -> None:
         if self.resume:
@@ -110,8 +132,11 @@ class ResearchLoop:
 
     # ------------------------------------------------------------------ run
     def run(self) -> LoopState:
+        sandbox_info = check_sandbox(self._sandbox_obj(), allow_weak=self.setup.research.sandbox.allow_weak)
         self._init_state()
         st = self.state
+        st.sandbox = sandbox_info
+        self.on_event("sandbox", sandbox_info)
         started = time.monotonic() - st.elapsed_s
         with ExitStack() as stack:
             self._stack = stack
@@ -124,6 +149,7 @@ class ResearchLoop:
                     reason = self._stop_reason()
                     if reason:
                         st.status, st.stop_reason = "finished", reason
+                        self._confirm()
                         break
                     if st.next_index == 0:
                         self._baseline()
@@ -140,6 +166,21 @@ class ResearchLoop:
                 self.ws.cleanup()
                 self._mlflow_finish()
         return st
+
+    def _confirm(self) -> None:
+        """Held-out confirmation of baseline and best, once per best commit (see research.confirm)."""
+        st = self.state
+        cc = self.setup.research.confirm
+        if not cc.enabled or st.best_value is None:
+            return
+        if st.confirmation.get("runs", {}).get("best", {}).get("commit") == st.best_commit:
+            return
+        from research.confirm import confirm, describe
+
+        self.on_event("confirm", {"split": cc.split})
+        record = confirm(self)
+        atomic_write_json(self.run_dir / "confirmation.json", record)
+        self.on_event("confirmed", {"record": record, "line": describe(record)})
 
     def _stop_reason(self) -> str | None:
         st, b = self.state, self.setup.research.budget
@@ -177,14 +218,15 @@ class ResearchLoop:
         if opener is None:
             from memsys.llm.client import open_llm as opener
         b = self.setup.research.budget
-        self.llm = stack.enter_context(opener(cfg, budget=Budget(max_tokens=b.tokens, max_usd=b.usd)))
-        base_url = str(self.llm._client.base_url).rstrip("/")
-        if cfg.backend == "local":
-            # evaluations reuse the loop's local server through the same OpenAI protocol
-            # "++": configs/llm/local.yaml has no base_url key, and a plain override cannot add one
-            self.llm_overrides = [f"++llm.base_url={base_url}"]
-        else:
-            self.llm_overrides = [f"++llm.base_url={base_url}"] if cfg.base_url else []
+        if self.budget is None:  # one budget for the researcher and the reader (through the gateway)
+            self.budget = Budget(max_tokens=b.tokens, max_usd=b.usd)
+        self.llm = stack.enter_context(opener(cfg, budget=self.budget))
+        if self.setup.eval.eval.reader == "llm":
+            # the sandbox has no network: its reader reaches this endpoint through a gateway on a
+            # Unix socket; the key stays in this process
+            sock = short_socket_dir()
+            stack.callback(shutil.rmtree, sock, True)
+            self.gateway = stack.enter_context(open_gateway(cfg, self.llm, sock, self.budget))
 
     def _switch_to_local(self) -> str:
         """The paper's 403 case: continue on the embedded local model (reader and researcher)."""
@@ -223,23 +265,17 @@ class ResearchLoop:
         return proposers["llm" if index % 2 == 1 else "optuna"]
 
     # ------------------------------------------------------------------ evaluation
-    def _eval_overrides(self, sample: str | None = None, experiment_id: str = "") -> list[str]:
+    def _eval_setup(self, sample: str | None, eval_run_id: str, split: str | None = None) -> Any:
+        """The trusted setup of one evaluation: the run's benchmark, split and objective (composed
+        from this checkout's configs, never from the worktree's), with this evaluation's sample."""
+        from benchmarks.config import EvalSetup
+
         ev = self.setup.eval
-        ov = [o for o in self.setup.overrides if not o.startswith(("research.", "run_id", "mlflow_experiment",
-                                                                  "parent_run_id", "sample"))]
-        ov = [o for o in ov if not o.startswith("memory.")]  # memory changes live in the preset file
-        ov += [f"memory={self.preset}", f"split={ev.eval.split}", f"run_id={self.run_id}-{experiment_id}",
-               f"mlflow_experiment={ev.eval.mlflow_experiment}"]
-        ov.append(f"sample={sample if sample is not None else (ev.eval.sample or 'full')}")
-        # the sandbox cannot write the run's MLflow database: the loop logs each child run itself
-        ov.append("mlflow=false")
-        if self.workers_override:
-            ov.append(f"workers={self.workers_override}")
-        ov += self.llm_overrides
-        last: dict[str, str] = {}
-        for o in ov:  # Hydra refuses a key given twice: the last one wins
-            last[o.split("=", 1)[0]] = o
-        return list(last.values())
+        cfg = dataclasses.replace(ev.eval, split=split or ev.eval.split,
+                                  sample=sample if sample is not None else (ev.eval.sample or "full"),
+                                  run_id=eval_run_id, mlflow=False, resume=False,
+                                  workers=self.workers_override or ev.eval.workers)
+        return EvalSetup(cfg, ev.benchmark, ev.memory, ev.llm, ev.raw)
 
     def _sandbox_obj(self) -> Any:
         if self._sandbox is None:
@@ -249,29 +285,31 @@ class ResearchLoop:
             log.info("sandbox backend: %s", getattr(self._sandbox, "name", "?"))
         return self._sandbox
 
-    def _network(self) -> str:
-        if self.setup.eval.eval.reader != "llm":
-            return "none"
-        # bwrap's new network namespace has its own loopback, which cannot reach the loop's
-        # local LLM server on the host's 127.0.0.1, so a reader needs the host network.
-        return "host"
-
     def _run_eval(self, wt: Worktree, experiment_id: str, sample: str | None, code_changed: bool,
-                  edited: list[str], tag: str = "") -> EvalOutcome:
+                  edited: list[str], tag: str = "", *, split: str | None = None, heldout: bool = False) -> EvalOutcome:
         sc = self.setup.research.sandbox
-        extra = {}
-        cfg = self.setup.eval.llm
-        if self.setup.eval.eval.reader == "llm" and cfg.backend != "local":
-            import os
+        folder = self.run_dir / "evals" / f"{experiment_id}{tag}"
+        job = EvalJob(self._eval_setup(sample, f"{self.run_id}-{experiment_id}{tag}", split), wt.path, self.preset,
+                      folder / "untrusted", runs_root=folder, wall_timeout_s=sc.wall_timeout_s,
+                      memory_bytes=int(sc.memory_gb * (1 << 30)),
+                      reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway else {})
+        shared = self.heldout_cache if heldout else self.shared_cache  # test-split text never reaches dev sandboxes
+        out = evaluate(job, self._sandbox_obj(), gateway=self.gateway, shared=shared,
+                       parent_metrics=numeric(self.state.best_metrics) or None, code_changed=code_changed,
+                       edited_paths=edited)
+        self._last_outcome = out
+        return out
 
-            if cfg.api_key_env in os.environ:  # only to the sandbox that needs it, never to disk
-                extra[cfg.api_key_env] = os.environ[cfg.api_key_env]
-        req = EvalRequest(worktree=wt.path, out_dir=self.run_dir / "evals" / f"{experiment_id}{tag}",
-                          overrides=self._eval_overrides(sample, experiment_id + tag),
-                          wall_timeout_s=sc.wall_timeout_s, memory_bytes=int(sc.memory_gb * (1 << 30)),
-                          network=self._network(), extra_env=extra)
-        return evaluate(self._sandbox_obj(), req, parent_metrics=numeric(self.state.best_metrics) or None,
-                        code_changed=code_changed, edited_paths=edited)
+    def _note_eval(self, rec: ExperimentRecord, out: EvalOutcome) -> None:
+        """Reader usage (the gateway's count) and the cache merge, onto the experiment's record."""
+        rec.sandbox = dict(self.state.sandbox)
+        if out.usage is not None:
+            u = dict(rec.reader)
+            for k, v in dataclasses.asdict(out.usage).items():
+                u[k] = u.get(k, 0) + v
+            rec.reader = u
+        if out.cache is not None:
+            rec.cache = out.cache.as_dict()
 
     # ------------------------------------------------------------------ steps
     def _baseline(self) -> None:
@@ -286,6 +324,7 @@ class ResearchLoop:
         try:
             for rep in range(max(1, self.setup.research.loop.baseline_repeats)):
                 out = self._run_eval(wt, exp_id, None, False, [], tag="" if rep == 0 else f"-r{rep}")
+                self._note_eval(rec, out)
                 if not out.ok:
                     rec.failure = out.failure.to_dict()
                     break
@@ -361,7 +400,10 @@ class ResearchLoop:
                     prop = prop2
                     edited, error = self._apply(wt, prop)
                     resend["result"] = "ok" if error is None else str(error)
-            rec.commit = self.ws.commit(wt, f"{exp_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
+            try:
+                rec.commit = self.ws.commit(wt, f"{exp_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
+            except ForbiddenEditError as exc:  # the committed diff left the surface: undone, refused
+                rec.commit, error = self.ws.repo_at(wt.path).head.commit.hexsha, exc
             rec.diff, rec.diff_stats = self.ws.diff(st.best_commit, rec.commit)
             if error is not None:
                 forbidden = isinstance(error, ForbiddenEditError)
@@ -389,7 +431,8 @@ class ResearchLoop:
         self.workers_override = None  # a rate-limit backoff lasts one experiment
         if outcome is None or not outcome.ok:
             proposer.observe(prop, None)
-            rec.decision = "failed"
+            forbidden = bool(rec.failure) and rec.failure.get("cls") == FailureClass.FORBIDDEN_EDIT.value
+            rec.decision = "rejected" if forbidden else "failed"
             self._count_failure(rec)
             return self._finish(rec)
         value = outcome.objective_value
@@ -492,18 +535,17 @@ class ResearchLoop:
         rec.cost_usd += prop.cost_usd
 
     def _apply(self, wt: Worktree, prop: Proposal) -> tuple[list[str], Exception | None]:
-        surface = self.setup.research.surface
+        surface = MUTABLE_SURFACE
         try:
             changed = apply_config_overrides(wt.path, self.preset, prop.config_overrides, surface)
             changed += apply_edits(wt.path, prop.edits, surface)
+            check_presets(wt.path, changed)
             return changed, None
         except (EditApplyError, ForbiddenEditError) as exc:
             return [], exc
 
     def _reset_worktree(self, wt: Worktree) -> None:
-        import git
-
-        r = git.Repo(wt.path)
+        r = self.ws.repo_at(wt.path)
         r.git.reset("--hard", "HEAD")
         r.git.clean("-fd")
 
@@ -518,10 +560,12 @@ class ResearchLoop:
         for attempt in range(lc.max_repairs + 1):
             if smoke and "smoke_ok" not in tried:
                 outcome = self._run_eval(wt, rec.experiment_id, smoke, True, edited, tag=f"-smoke{attempt}")
+                self._note_eval(rec, outcome)
                 if outcome.ok:
                     tried.add("smoke_ok")
             if not smoke or "smoke_ok" in tried:
                 outcome = self._run_eval(wt, rec.experiment_id, sample, True, edited, tag="" if attempt == 0 else f"-h{attempt}")
+                self._note_eval(rec, outcome)
             rec.durations["eval_s"] = time.perf_counter() - t0
             if outcome.ok or (outcome.failure and outcome.failure.cls == FailureClass.INVALID_METRIC
                               and outcome.failure.severity == "low" and outcome.result):
@@ -556,7 +600,12 @@ class ResearchLoop:
                 rec.edits += [asdict(e) for e in rep.edits]
                 rec.config_overrides += rep.config_overrides
                 rec.tokens += rep.tokens
-                rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: repair {attempt + 1}")
+                try:
+                    rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: repair {attempt + 1}")
+                except ForbiddenEditError as exc:
+                    entry["result"] = f"repair refused: {exc}"
+                    rec.failure = _forbidden(exc)
+                    return None
                 rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
                 edited = sorted(set(edited) | set(changed))
             elif action.action == "revert_import_edit":
@@ -568,7 +617,12 @@ class ResearchLoop:
                 prop.edits = keep
                 changed, err = self._apply(wt, prop)
                 rec.edits = [asdict(e) for e in keep]
-                rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: revert import edit")
+                try:
+                    rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: revert import edit")
+                except ForbiddenEditError as exc:
+                    entry["result"] = f"refused: {exc}"
+                    rec.failure = _forbidden(exc)
+                    return None
                 rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
             elif action.action == "fewer_workers":
                 self.workers_override = 1  # for this experiment only (reset below)
@@ -584,9 +638,7 @@ class ResearchLoop:
         return outcome
 
     def _reset_to(self, wt: Worktree, commit: str) -> None:
-        import git
-
-        r = git.Repo(wt.path)
+        r = self.ws.repo_at(wt.path)
         r.git.checkout(commit, "--", ".")
         r.git.clean("-fd")
 
@@ -604,9 +656,9 @@ class ResearchLoop:
     def _finish(self, rec: ExperimentRecord) -> None:
         st = self.state
         rec.finished = _now()
-        usage_tokens = rec.tokens
-        st.tokens += usage_tokens
-        st.cost_usd += rec.cost_usd
+        reader = rec.reader or {}
+        st.tokens += rec.tokens + reader.get("billed_tokens", 0)  # cache hits cost nothing
+        st.cost_usd += rec.cost_usd + reader.get("cost_usd", 0.0)
         append_record(self.run_dir, rec)
         self.records.append(rec)
         st.next_index = rec.index + 1

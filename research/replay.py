@@ -18,8 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from memsys.paths import runs_dir
-from memsys.store.atomic import atomic_write_json
+from harness.atomic import atomic_write_json
+from harness.paths import runs_dir
 from research import decide as D
 from research.errors import ForbiddenEditError, RunStateError
 from research.proposers.base import Proposal
@@ -39,6 +39,7 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     from contextlib import ExitStack
 
     from research.config import load_run_setup
+    from research.guarantees import check_sandbox
     from research.loop import ResearchLoop
 
     if only not in ONLY:
@@ -53,7 +54,7 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     # the replay's own overrides (split=test, llm=..., benchmark=...) win over the recorded ones
     mine = {_key(x) for x in overrides}
     base_overrides = [o for o in raw.get("overrides", []) if _key(o) not in mine]
-    setup = load_run_setup([*base_overrides, *overrides, "research.proposer=optuna"])
+    setup = load_run_setup([*base_overrides, *overrides, "research.proposer=optuna"], optimizing=False)
     setup.research.repo = state.repo
     rid = new_run_id or f"replay-{run_id}-{datetime.now():%H%M%S}"
     if (runs_dir() / rid / "trajectory.jsonl").exists():
@@ -67,6 +68,7 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     loop.ws.init_refs(state.base_commit)
     loop.state = LoopState(rid, state.repo, state.base_commit, state.base_commit)
     loop.state.noise_floor = state.noise_floor  # the original's rule decides again
+    loop.state.sandbox = check_sandbox(loop._sandbox_obj(), allow_weak=setup.research.sandbox.allow_weak)
     loop.state.save(loop.run_dir)
     out_steps: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -291,6 +291,30 @@ def header_html(run: RunData, s: RunSummary) -> str:
             f'<div class="cards">{cards}</div><dl class="meta">{dl}</dl>')
 
 
+def confirmation_html(state: dict[str, Any]) -> str:
+    """Dev and held-out test side by side (research.confirm); the researcher never saw the test figures."""
+    c = state.get("confirmation") or {}
+    if not c:
+        return ("<h2>Held-out confirmation</h2><p>Not run (the run has not finished, or "
+                "<code>research.confirm.enabled=false</code>): <code>memsys confirm &lt;run&gt;</code></p>")
+    runs = c.get("runs", {})
+
+    def failed(label: str) -> str:
+        r = runs.get(label, {})
+        return "" if r.get("ok", True) else f" <small>({_e(r.get('failure', 'failed'))})</small>"
+
+    rows = [[_e(split), fmt(c[key].get("baseline")), fmt(c[key].get("best")),
+             fmt_delta(None if c[key].get("baseline") is None or c[key].get("best") is None
+                       else c[key]["best"] - c[key]["baseline"])]
+            for split, key in (("dev (what the loop saw)", "dev"),
+                               (f"{c.get('split', 'test')} / {c.get('sample') or 'full'} (held out)", "test"))]
+    rows[1][1] += failed("baseline")
+    rows[1][2] += failed("best")
+    return (f"<h2>Held-out confirmation</h2><p>{_e(c.get('objective', ''))}: baseline and best commit, dev as the "
+            f"loop measured it and the held-out split scored once at the end ({_e(c.get('finished', ''))}).</p>"
+            + table(["split", "baseline", "best", "delta"], rows, numeric=(1, 2, 3)))
+
+
 def warnings_html(warnings: Sequence[str]) -> str:
     if not warnings:
         return ""
@@ -424,7 +448,8 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
     cats = img(plot_categories(recs, out_dir / "categories.png"), "per-category metrics")
     cost = img(plot_cost_time(recs, out_dir / "cost_time.png"), "time and cost per experiment")
     replay = replay_html(run, out_dir) if run.replay is not None else ""  # before the warnings: it adds some
-    parts = [header_html(run, s), warnings_html(run.warnings), "<h2>Trajectory</h2>", traj, replay]
+    parts = [header_html(run, s), warnings_html(run.warnings), confirmation_html(run.state), "<h2>Trajectory</h2>", traj,
+             replay]
     parts += ["<h2>Per-category metrics</h2>", cats,
               "<h2>Discovery taxonomy</h2><p class=muted>Experiments per type (baseline excluded), how many were "
               "accepted, and the sum and mean of the accepted deltas.</p>", taxonomy_html(recs),

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from memsys.store.atomic import atomic_write_json
+from harness.atomic import atomic_write_json
 from research.errors import RunStateError
 
 STATE_FILE = "state.json"
@@ -35,6 +35,8 @@ class LoopState:
     mlflow_parent_run_id: str | None = None
     status: str = "running"  # running | finished | stopped
     stop_reason: str | None = None
+    sandbox: dict = field(default_factory=dict)  # backend, guarantees, weak (set at start)
+    confirmation: dict = field(default_factory=dict)  # held-out test results (never shown to the researcher)
     version: int = STATE_VERSION
 
     def save(self, run_dir: Path) -> None:

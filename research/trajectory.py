@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from memsys.errors import MemsysError
+from harness.errors import MemsysError
 
 TRAJECTORY_VERSION = 1
 TRAJECTORY_FILE = "trajectory.jsonl"
@@ -75,6 +75,9 @@ class ExperimentRecord:
     started: str = ""
     finished: str = ""
     notes: str = ""
+    sandbox: dict[str, Any] = field(default_factory=dict)  # backend and the guarantees it gave
+    reader: dict[str, Any] = field(default_factory=dict)  # reader usage counted by the gateway
+    cache: dict[str, Any] = field(default_factory=dict)  # what the trusted cache merge shared or refused
     version: int = TRAJECTORY_VERSION
 
     def to_json(self) -> str:
@@ -126,7 +129,7 @@ def read_trajectory(run_dir: Path, *, strict: bool = False) -> tuple[list[Experi
 
 def repair_trajectory(run_dir: Path) -> list[str]:
     """Rewrite the file without cut-off lines (atomic), before appending to it again."""
-    from memsys.store.atomic import atomic_write_text
+    from harness.atomic import atomic_write_text
 
     records, warnings = read_trajectory(run_dir)
     if warnings:

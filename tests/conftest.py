@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.paths import data_dir
 from memsys.config import EmbedderConfig
-from memsys.paths import data_dir
 
 #: variables pointed at session temp folders, so a test run never writes into the repo's runs/
 _ISOLATED_VARS = ("MEMSYS_CACHE_DIR", "MEMSYS_RUNS_DIR")

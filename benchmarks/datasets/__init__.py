@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memsys.errors import DatasetError
-
 from benchmarks.datasets.locomo import load_locomo
 from benchmarks.datasets.memgallery import load_memgallery
 from benchmarks.datasets.schema import (
@@ -18,6 +16,7 @@ from benchmarks.datasets.schema import (
     category_names,
     iter_turns,
 )
+from harness.errors import DatasetError
 
 #: accepted spellings -> canonical benchmark name
 _ALIASES = {"locomo": "locomo", "memgallery": "memgallery", "mem-gallery": "memgallery", "mem_gallery": "memgallery"}

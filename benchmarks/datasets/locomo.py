@@ -20,10 +20,6 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from memsys.errors import InputError
-from memsys.paths import data_dir
-from memsys.temporal import parse_datetime
-
 from benchmarks.datasets.schema import (
     CATEGORY_NAMES,
     Benchmark,
@@ -37,6 +33,9 @@ from benchmarks.datasets.schema import (
     read_json,
     sha256_file,
 )
+from harness.dates import parse_datetime
+from harness.errors import InputError
+from harness.paths import data_dir
 
 LOCOMO_SUBDIR = "locomo"
 LOCOMO_FILE = "locomo10.json"

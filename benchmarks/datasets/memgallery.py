@@ -23,10 +23,6 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from memsys.errors import InputError
-from memsys.paths import data_dir
-from memsys.temporal import parse_datetime
-
 from benchmarks.datasets.schema import (
     CATEGORY_NAMES,
     Benchmark,
@@ -42,6 +38,9 @@ from benchmarks.datasets.schema import (
     real_file,
     sha256_file,
 )
+from harness.dates import parse_datetime
+from harness.errors import InputError
+from harness.paths import data_dir
 
 MEMGALLERY_SUBDIR = "mem-gallery"
 DIALOG_SUBPATH = Path("benchmark") / "data" / "dialog"

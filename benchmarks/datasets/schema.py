@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Iterator, Mapping
 
-from memsys.errors import DatasetError
+from harness.errors import DatasetError
 
 #: category code -> name, per benchmark. LoCoMo codes follow the dataset's own
 #: numbering (the released SimpleMem runner swaps the names of 2 and 3; we don't).

@@ -10,11 +10,16 @@ Reference: snap-research/locomo ``task_eval/evaluation.py`` (``normalize_answer`
   take its best F1 against any prediction part; average over the gold parts.
 - category 3 (open-domain): the gold is cut at the first ';'.
 - categories 2 and 4: plain token F1.
-- category 5 (adversarial): 1 if the prediction abstains, else 0. LoCoMo checks only
-  "no information available" and "not mentioned" (``OFFICIAL_ABSTENTION_PHRASES``); we
-  accept a documented superset (``ABSTENTION_PHRASES``) because readers are prompted
-  to say "unknown" / "not mentioned" and refusing in other words is still refusing.
-  Pass ``abstention_phrases=OFFICIAL_ABSTENTION_PHRASES`` for the exact original.
+- category 5 (adversarial): 1 if the prediction abstains, else 0. By default this is
+  LoCoMo's own rule: "no information available" or "not mentioned" is a substring of
+  the lowercased prediction (``OFFICIAL_ABSTENTION_PHRASES``). That is what ``f1_cat5``,
+  ``all_honest``, ``all_paper_protocol`` and the per-question ``f1`` mean.
+
+A wider phrase list (``ABSTENTION_PHRASES``: "unknown", "I don't know", ... matched as
+whole words) is reported *beside* it, never instead of it: the per-question
+``f1_lenient`` (``score_locomo_scores``) and the aggregates ``f1_cat5_lenient`` and
+``all_honest_lenient``. Refusing in other words is still refusing, but those numbers
+are not comparable with published LoCoMo results.
 """
 
 from __future__ import annotations
@@ -22,17 +27,17 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
-from memsys.errors import InputError
-
 from benchmarks.datasets.schema import CATEGORY_NAMES, Question
 from benchmarks.metrics.text import PUNCTUATION, coerce_text, mean, stem_tokens, token_f1
+from harness.errors import InputError
 
 CATEGORIES = tuple(CATEGORY_NAMES["locomo"])  # "1".."5"
 ADVERSARIAL = "5"
 ANSWERABLE = ("1", "2", "3", "4")
 
+#: LoCoMo's own category-5 rule: either phrase as a substring of ``prediction.lower()``
 OFFICIAL_ABSTENTION_PHRASES: tuple[str, ...] = ("no information available", "not mentioned")
-#: matched case-insensitively as whole words anywhere in the prediction
+#: the lenient superset (metrics ``*_lenient``), matched case-insensitively as whole words
 ABSTENTION_PHRASES: tuple[str, ...] = (
     *OFFICIAL_ABSTENTION_PHRASES,
     "no information",
@@ -90,8 +95,21 @@ def _phrase_pattern(phrases: Sequence[str]) -> re.Pattern[str]:
 _DEFAULT_PATTERN = _phrase_pattern(ABSTENTION_PHRASES)
 
 
-def is_abstention(prediction: str, phrases: Sequence[str] = ABSTENTION_PHRASES) -> bool:
-    """True if the prediction refuses to answer (contains one of ``phrases``)."""
+def is_official_abstention(prediction: str) -> bool:
+    """LoCoMo's check, verbatim: a phrase of ``OFFICIAL_ABSTENTION_PHRASES`` is a substring of the lowercased text."""
+    text = prediction.lower()
+    return any(phrase in text for phrase in OFFICIAL_ABSTENTION_PHRASES)
+
+
+def is_abstention(prediction: str, phrases: Sequence[str] = OFFICIAL_ABSTENTION_PHRASES) -> bool:
+    """True if the prediction refuses to answer.
+
+    With LoCoMo's own phrases (the default) this is LoCoMo's rule exactly
+    (``is_official_abstention``); any other list is matched leniently: case-insensitive
+    whole words, curly apostrophes folded, runs of whitespace collapsed.
+    """
+    if tuple(phrases) == OFFICIAL_ABSTENTION_PHRASES:
+        return is_official_abstention(prediction)
     pattern = _DEFAULT_PATTERN if phrases is ABSTENTION_PHRASES else _phrase_pattern(phrases)
     text = " ".join(prediction.lower().replace("\u2019", "'").split())
     return pattern.search(text) is not None
@@ -103,9 +121,13 @@ def score_locomo_answer(
     category: str | int,
     *,
     question_id: str | None = None,
-    abstention_phrases: Sequence[str] = ABSTENTION_PHRASES,
+    abstention_phrases: Sequence[str] = OFFICIAL_ABSTENTION_PHRASES,
 ) -> float:
-    """Score one prediction against one gold answer under the category's rule."""
+    """Score one prediction against one gold answer under the category's rule.
+
+    Category 5 uses LoCoMo's official rule unless ``abstention_phrases`` says otherwise
+    (``ABSTENTION_PHRASES`` for the lenient score).
+    """
     pred = coerce_text(prediction, question_id)
     cat = str(category).strip()
     if cat == ADVERSARIAL:
@@ -122,9 +144,9 @@ def score_locomo_answer(
 
 
 def score_locomo(
-    prediction: object, question: Question, *, abstention_phrases: Sequence[str] = ABSTENTION_PHRASES
+    prediction: object, question: Question, *, abstention_phrases: Sequence[str] = OFFICIAL_ABSTENTION_PHRASES
 ) -> float:
-    """Score a system's answer to a LoCoMo question (a float in [0, 1])."""
+    """Score a system's answer to a LoCoMo question (a float in [0, 1]; official rule by default)."""
     return score_locomo_answer(
         prediction,
         question.answer,
@@ -134,8 +156,24 @@ def score_locomo(
     )
 
 
-def aggregate_locomo(scores: Iterable[tuple[str | int, float]]) -> dict[str, float | int]:
-    """Per-category and overall means of ``(category, score)`` pairs.
+def score_locomo_scores(prediction: object, question: Question) -> dict[str, float]:
+    """Both per-question scores: ``f1`` (official rule) and ``f1_lenient`` (``ABSTENTION_PHRASES``).
+
+    They differ only on category 5; ``aggregate_locomo`` takes ``(category, f1, f1_lenient)``.
+    """
+    official = score_locomo(prediction, question)
+    if str(question.category).strip() != ADVERSARIAL:
+        return {"f1": official, "f1_lenient": official}
+    return {"f1": official, "f1_lenient": score_locomo(prediction, question, abstention_phrases=ABSTENTION_PHRASES)}
+
+
+def aggregate_locomo(
+    scores: Iterable[tuple[str | int, float] | tuple[str | int, float, float | None]],
+) -> dict[str, float | int]:
+    """Per-category and overall means of ``(category, score)`` or ``(category, score, lenient)``.
+
+    ``score`` is the official per-question score (``f1`` of ``score_locomo_scores``);
+    the optional ``lenient`` one is its ``f1_lenient``.
 
     Keys (a key is present only when at least one question counts towards it, so
     no metric is ever NaN): ``f1_cat<c>`` and ``n_cat<c>`` per category,
@@ -149,16 +187,30 @@ def aggregate_locomo(scores: Iterable[tuple[str | int, float]]) -> dict[str, flo
     score 1.0 and are averaged into its "All". That makes the paper's numbers
     comparable only with ``all_paper_protocol``; ``all_honest`` is what the system
     actually achieves and is the one to optimize and report first.
+
+    Lenient keys, separate and never mixed into the ones above: ``f1_cat5_lenient``
+    (category 5 under ``ABSTENTION_PHRASES``) and ``all_honest_lenient`` (``all_honest``
+    with that category-5 score). Present only when every category-5 entry carries a
+    lenient score (categories 1-4 score the same under both rules).
     """
     per_cat: dict[str, list[float]] = {}
-    for category, score in scores:
+    adversarial_lenient: list[float] = []
+    lenient_complete = True
+    for entry in scores:
+        if len(entry) not in (2, 3):
+            raise InputError(f"LoCoMo score entry {entry!r} is not (category, score[, lenient])")
+        category, score = entry[0], entry[1]
+        lenient = entry[2] if len(entry) == 3 else None
         cat = str(category).strip()
         if cat not in CATEGORIES:
             raise InputError(f"unknown LoCoMo category {category!r} in scores (expected 1-5)")
-        value = float(score)
-        if not 0.0 <= value <= 1.0:
-            raise InputError(f"LoCoMo score {score!r} for category {cat} is outside [0, 1]")
+        value = _unit_score(score, cat)
         per_cat.setdefault(cat, []).append(value)
+        if cat == ADVERSARIAL:
+            if lenient is None:
+                lenient_complete = False
+            else:
+                adversarial_lenient.append(_unit_score(lenient, cat))
     out: dict[str, float | int] = {}
     for cat in CATEGORIES:
         values = per_cat.get(cat, [])
@@ -176,5 +228,17 @@ def aggregate_locomo(scores: Iterable[tuple[str | int, float]]) -> dict[str, flo
     if n:
         out["all_honest"] = (sum(answerable) + sum(adversarial)) / n
         out["all_paper_protocol"] = (sum(answerable) + len(adversarial)) / n
+    if lenient_complete:
+        if adversarial_lenient:
+            out["f1_cat5_lenient"] = mean(adversarial_lenient)
+        if n and (adversarial_lenient or not adversarial):
+            out["all_honest_lenient"] = (sum(answerable) + sum(adversarial_lenient)) / n
     return out
+
+
+def _unit_score(score: object, cat: str) -> float:
+    value = float(score)  # type: ignore[arg-type]
+    if not 0.0 <= value <= 1.0:
+        raise InputError(f"LoCoMo score {score!r} for category {cat} is outside [0, 1]")
+    return value
 

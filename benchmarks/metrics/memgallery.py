@@ -23,10 +23,9 @@ from typing import Iterable, Mapping
 
 from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
 
-from memsys.errors import InputError
-
 from benchmarks.datasets.schema import CATEGORY_NAMES, Question
 from benchmarks.metrics.text import PUNCTUATION, coerce_text, mean, stem_tokens, token_f1
+from harness.errors import InputError
 
 CATEGORIES = tuple(CATEGORY_NAMES["memgallery"])
 METRICS = ("f1", "em", "bleu", "bleu1", "bleu2")

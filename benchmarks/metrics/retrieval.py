@@ -17,9 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from memsys.errors import InputError
-
 from benchmarks.metrics.text import mean
+from harness.errors import InputError
 
 DEFAULT_KS: tuple[int, ...] = (1, 5, 10, 20)
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from nltk.stem import PorterStemmer
 
-from memsys.errors import InputError
+from harness.errors import InputError
 
 #: ASCII punctuation, the set both benchmarks' own evaluation code strips
 PUNCTUATION = frozenset(string.punctuation)

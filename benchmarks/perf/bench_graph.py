@@ -37,12 +37,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a plain script
 
 from benchmarks.datasets.locomo import load_locomo  # noqa: E402
+from harness.paths import runs_dir  # noqa: E402
 from memsys.config import EmbedderConfig, GraphConfig  # noqa: E402
 from memsys.embed import make_embedder  # noqa: E402
 from memsys.graph import KnowledgeGraph, RuleExtractor  # noqa: E402
 from memsys.graph.resolve import merge_examples  # noqa: E402
 from memsys.graph.schema import mau_date_label, normalize_name  # noqa: E402
-from memsys.paths import runs_dir  # noqa: E402
 from memsys.records import MAU  # noqa: E402
 from memsys.temporal import resolve_relative_times  # noqa: E402
 

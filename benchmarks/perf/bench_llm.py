@@ -33,13 +33,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a plain script
 
+from harness.errors import LLMResponseFormatError  # noqa: E402
+from harness.paths import data_dir, runs_dir  # noqa: E402
+from harness.tokens import count_tokens, tokenizer_name  # noqa: E402
 from memsys.config import LLMConfig, LocalLLMConfig  # noqa: E402
-from memsys.errors import LLMResponseFormatError  # noqa: E402
 from memsys.llm import LLMClient, ResponseCache  # noqa: E402
 from memsys.llm.cache import request_key  # noqa: E402
 from memsys.llm.local import shared_server  # noqa: E402
-from memsys.paths import data_dir, runs_dir  # noqa: E402
-from memsys.tokens import count_tokens, tokenizer_name  # noqa: E402
 
 SYSTEM = "You answer questions about a conversation. Use only the conversation. Answer in a few words."
 ANSWER_SCHEMA = {

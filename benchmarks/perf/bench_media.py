@@ -49,6 +49,8 @@ if __package__ in (None, ""):  # run as a file: make the repo root importable
 
 import numpy as np  # noqa: E402
 
+from harness.paths import data_dir, runs_dir  # noqa: E402
+from harness.tokens import count_tokens  # noqa: E402
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
 from memsys.ingest.text_gate import word_set  # noqa: E402
 from memsys.media import MediaReport, context_to_content_parts, ingest_audio, ingest_image, ingest_video  # noqa: E402
@@ -56,9 +58,7 @@ from memsys.media.gates import CrossModalGate  # noqa: E402
 from memsys.media.image import encode_jpeg  # noqa: E402
 from memsys.media.video import sample_frames, write_test_video  # noqa: E402
 from memsys.memory import Memory  # noqa: E402
-from memsys.paths import data_dir, runs_dir  # noqa: E402
 from memsys.records import Turn  # noqa: E402
-from memsys.tokens import count_tokens  # noqa: E402
 from tests.support.media import scene as synthetic_scene  # the same synthetic photos as the tests
 
 SENTENCES = [
@@ -360,7 +360,8 @@ def bench_crossmodal(dialog_dir: Path, window: int, reject_above: float, uncerta
 def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budgets: list[int],
                         max_topics: int | None) -> dict[str, Any]:
     from benchmarks.datasets.memgallery import load_memgallery
-    from benchmarks.stores import to_turn
+    from benchmarks.views import public_turn
+    from memsys.predict import to_turn
 
     bench = load_memgallery(dialog_dir)
     convs = bench.conversations[:max_topics] if max_topics else bench.conversations
@@ -377,7 +378,7 @@ def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budget
         turns, images = [], []
         for s in conv.sessions:
             for t in s.turns:
-                base = to_turn(t)
+                base = to_turn(public_turn(conv, t))
                 turns.append(Turn(base.id, base.speaker, base.text, base.timestamp, base.session_id))
                 if t.image_caption:
                     images.append(t)

@@ -43,11 +43,11 @@ from tqdm import tqdm  # noqa: E402
 
 from benchmarks.datasets.locomo import load_locomo  # noqa: E402
 from benchmarks.metrics.retrieval import evidence_recall_at_k  # noqa: E402
+from harness.paths import runs_dir  # noqa: E402
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
 from memsys.embed import Embedder, make_embedder  # noqa: E402
 from memsys.index.sparse import make_sparse_index  # noqa: E402
 from memsys.memory import Memory  # noqa: E402
-from memsys.paths import runs_dir  # noqa: E402
 from memsys.records import Turn  # noqa: E402
 from memsys.retrieve.merge import MERGERS  # noqa: E402
 from memsys.retrieve.retriever import Retriever  # noqa: E402

@@ -41,6 +41,7 @@ from rapidfuzz.process import extractOne
 
 from memsys.config import GraphConfig
 from memsys.embed import Embedder
+from memsys.graph import tables
 from memsys.graph.lexicon import QUERY_STOP
 from memsys.graph.resolve import Resolution, noisy_or, resolve_extractions
 from memsys.graph.schema import (
@@ -53,7 +54,6 @@ from memsys.graph.schema import (
     normalize_name,
     split_owner,
 )
-from memsys.graph import tables
 
 MAX_NGRAM = 5
 PARTIAL_NAME_SCORE = 0.9  # a seed found through a partial name (see _partial_keys)

@@ -9,8 +9,8 @@ from typing import Any
 
 from memsys.config import IngestConfig
 from memsys.errors import InputError
-from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality, Turn
 from memsys.ingest.text_gate import TextNoveltyGate
+from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality, Turn
 from memsys.store.cold import ColdStore
 from memsys.temporal import describe_mention, resolve_relative_times
 

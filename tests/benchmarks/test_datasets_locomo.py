@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from memsys.errors import DatasetError
-from memsys.paths import data_dir
-
 from benchmarks.datasets import category_names, iter_turns, load_benchmark
 from benchmarks.datasets.locomo import LOCOMO_SHA256, load_locomo, parse_locomo
+from harness.errors import DatasetError
+from harness.paths import data_dir
 
 REAL = data_dir() / "locomo" / "locomo10.json"
 needs_data = pytest.mark.skipif(not REAL.is_file(), reason=f"LoCoMo data not at {REAL}")

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memsys.errors import DatasetError
-from memsys.paths import data_dir
-
 from benchmarks.datasets import category_names, iter_turns, load_benchmark
 from benchmarks.datasets.memgallery import load_memgallery
+from harness.errors import DatasetError
+from harness.paths import data_dir
 
 REAL = data_dir() / "mem-gallery" / "benchmark" / "data" / "dialog"
 needs_data = pytest.mark.skipif(not REAL.is_dir(), reason=f"Mem-Gallery data not at {REAL}")

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from memsys.paths import REPO_ROOT, data_dir
-
 from benchmarks.datasets.locomo import load_locomo
 from benchmarks.datasets.memgallery import load_memgallery
+from harness.paths import REPO_ROOT, data_dir
 
 SCRIPT = REPO_ROOT / "scripts" / "fetch_data.py"
 SHARED = data_dir()

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from memsys.errors import InputError
-
 from benchmarks.datasets.schema import Question
 from benchmarks.metrics.locomo import (
     ABSTENTION_PHRASES,
     OFFICIAL_ABSTENTION_PHRASES,
     aggregate_locomo,
     is_abstention,
+    is_official_abstention,
     locomo_f1,
     multi_answer_f1,
     normalize_locomo,
     score_locomo,
     score_locomo_answer,
+    score_locomo_scores,
 )
 from benchmarks.metrics.text import PredictionTypeError, token_f1
+from harness.errors import InputError
 
 
 def q(answer: str, category: str, qid: str = "conv-x:q0") -> Question:
@@ -86,18 +87,40 @@ def test_categories_2_and_4_are_plain_f1():
     assert score_locomo_answer("Sweden", "Sweden", 4) == 1.0
 
 
-def test_category_5_scores_abstention():
+def test_category_5_scores_abstention_by_the_official_rule_by_default():
     assert score_locomo("Not mentioned in the conversation.", q("", "5")) == 1.0
     assert score_locomo("No information available", q("", "5")) == 1.0
     assert score_locomo("Yes, she did.", q("", "5")) == 0.0
     assert score_locomo("", q("", "5")) == 0.0
-    assert score_locomo("I don\u2019t know", q("", "5")) == 1.0  # curly apostrophe
-    # the documented superset vs LoCoMo's two phrases
-    assert score_locomo("Unknown.", q("", "5")) == 1.0
-    assert score_locomo("Unknown.", q("", "5"), abstention_phrases=OFFICIAL_ABSTENTION_PHRASES) == 0.0
+    # refusals in other words count only under the lenient list
+    for refusal in ("Unknown.", "I don\u2019t know", "Not enough information.", "It is not specified."):
+        assert score_locomo(refusal, q("", "5")) == 0.0
+        assert score_locomo_answer(refusal, "", 5) == 0.0
+        assert score_locomo(refusal, q("", "5"), abstention_phrases=ABSTENTION_PHRASES) == 1.0
     assert set(OFFICIAL_ABSTENTION_PHRASES) <= set(ABSTENTION_PHRASES)
-    assert not is_abstention("She knows everyone")  # "know" inside words does not count
-    assert not is_abstention("the unknownst")
+    assert OFFICIAL_ABSTENTION_PHRASES == ("no information available", "not mentioned")
+
+
+def test_official_rule_is_locomos_substring_check():
+    # LoCoMo: `'no information available' in output.lower() or 'not mentioned' in output.lower()`
+    assert is_official_abstention("NOT MENTIONED")
+    assert is_official_abstention("it was not mentionedd")  # a substring, not a whole word
+    assert not is_official_abstention("not  mentioned")  # no whitespace folding
+    assert not is_official_abstention("unknown")
+    assert is_abstention("not mentioned anywhere") and not is_abstention("unknown")  # default = official
+    assert is_abstention("unknown", ABSTENTION_PHRASES)
+    assert is_abstention("I don\u2019t know", ABSTENTION_PHRASES)  # curly apostrophe, lenient only
+    assert not is_abstention("She knows everyone", ABSTENTION_PHRASES)  # "know" inside words does not count
+    assert not is_abstention("the unknownst", ABSTENTION_PHRASES)
+
+
+def test_score_locomo_scores_gives_both_values():
+    assert score_locomo_scores("Unknown.", q("", "5")) == {"f1": 0.0, "f1_lenient": 1.0}
+    assert score_locomo_scores("Not mentioned.", q("", "5")) == {"f1": 1.0, "f1_lenient": 1.0}
+    assert score_locomo_scores("Yes.", q("", "5")) == {"f1": 0.0, "f1_lenient": 0.0}
+    both = score_locomo_scores("In 2022", q("2022", "2"))
+    assert both["f1"] == both["f1_lenient"] == pytest.approx(2 / 3)  # answerable: the same under both rules
+    assert score_locomo_scores("unknown", q("unknown", "4")) == {"f1": 1.0, "f1_lenient": 1.0}
 
 
 # --- robust inputs --------------------------------------------------------------
@@ -140,3 +163,26 @@ def test_aggregate_edge_cases():
         aggregate_locomo([("7", 1.0)])
     with pytest.raises(InputError):
         aggregate_locomo([("1", 1.5)])
+
+
+def test_aggregate_reports_lenient_separately():
+    preds = [("pottery", q("pottery", "4")), ("Unknown.", q("", "5")), ("Not mentioned.", q("", "5")),
+             ("Yes.", q("", "5"))]
+    rows = [(qq.category, *score_locomo_scores(p, qq).values()) for p, qq in preds]
+    out = aggregate_locomo(rows)
+    assert out["f1_cat5"] == pytest.approx(1 / 3)  # official: only "Not mentioned."
+    assert out["f1_cat5_lenient"] == pytest.approx(2 / 3)
+    assert out["all_honest"] == pytest.approx((1 + 1) / 4)
+    assert out["all_honest_lenient"] == pytest.approx((1 + 2) / 4)
+    assert out["all_paper_protocol"] == 1.0 and out["f1_cat1_4"] == 1.0
+    # the official keys do not depend on whether lenient values are passed
+    official = aggregate_locomo([(c, f) for c, f, _ in rows])
+    assert {k: v for k, v in out.items() if not k.endswith("_lenient")} == official
+    assert "f1_cat5_lenient" not in official and "all_honest_lenient" not in official
+    # a category-5 row without its lenient value: the lenient aggregates are left out, not guessed
+    partial = aggregate_locomo([("5", 1.0, 1.0), ("5", 0.0, None)])
+    assert "f1_cat5_lenient" not in partial and "all_honest_lenient" not in partial
+    with pytest.raises(InputError):
+        aggregate_locomo([("5", 0.0, 1.5)])
+    with pytest.raises(InputError):
+        aggregate_locomo([("5",)])

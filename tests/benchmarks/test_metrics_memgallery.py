@@ -6,8 +6,6 @@ import math
 
 import pytest
 
-from memsys.errors import InputError
-
 from benchmarks.datasets.schema import Question
 from benchmarks.metrics.memgallery import (
     aggregate_memgallery,
@@ -19,6 +17,7 @@ from benchmarks.metrics.memgallery import (
     score_memgallery_question,
 )
 from benchmarks.metrics.text import PredictionTypeError
+from harness.errors import InputError
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from memsys.errors import InputError
-
 from benchmarks.metrics.retrieval import (
     RetrievalRecord,
     aggregate_retrieval,
@@ -14,6 +12,7 @@ from benchmarks.metrics.retrieval import (
     evidence_recall_at_k,
     mrr,
 )
+from harness.errors import InputError
 
 RANKED = ["D1:2", "D3:4", "D1:2", "D2:1", "D5:5"]  # D1:2 repeated: counts once, at rank 1
 EVIDENCE = ["D2:1", "D3:4"]

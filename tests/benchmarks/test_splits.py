@@ -7,10 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from memsys.config import compose
-from memsys.errors import ConfigError
-from memsys.paths import config_dir, data_dir
-
 from benchmarks.datasets import category_names, load_benchmark
 from benchmarks.splits import (
     BenchmarkConfig,
@@ -22,6 +18,9 @@ from benchmarks.splits import (
     select,
     stratified_sample,
 )
+from harness.errors import ConfigError
+from harness.paths import config_dir, data_dir
+from memsys.config import compose
 
 HAVE_DATA = (data_dir() / "locomo" / "locomo10.json").is_file() and (data_dir() / "mem-gallery").is_dir()
 needs_data = pytest.mark.skipif(not HAVE_DATA, reason=f"benchmark data not under {data_dir()}")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import ConfigError
+from harness.paths import config_dir
 from memsys.config import MemoryConfig, load_memory_config, to_container, validate
-from memsys.errors import ConfigError
-from memsys.paths import config_dir
 from memsys.retrieve.merge import MERGERS
 
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "memory").glob("*.yaml"))

@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
+from harness.errors import CacheError, ModelError
 from memsys.config import EmbedderConfig
 from memsys.embed import CachedEmbedder, SentenceTransformerEmbedder, make_embedder
-from memsys.errors import CacheError, ModelError
 
 TEXTS = [
     "I went to a LGBTQ support group yesterday and it was so powerful.",

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from memsys.errors import ConfigError
+from harness.errors import ConfigError
 from memsys.index.sparse import STOPWORDS, _top, make_sparse_index, tokenize
 
 BACKENDS = ["bm25s", "rank_bm25"]

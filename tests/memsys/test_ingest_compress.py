@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from memsys.config import CompressionConfig, LLMConfig
+from memsys.config import LLMConfig
 from memsys.ingest.compress import absolutize, render_window, windows
 from memsys.llm.client import LLMClient
 from memsys.memory import Memory
@@ -86,7 +86,7 @@ def test_a_failed_window_is_counted_and_the_rest_stored(tmp_path, embedder):
 
 
 def test_compression_without_an_llm_is_a_config_error(tmp_path, embedder):
-    from memsys.errors import ConfigError
+    from harness.errors import ConfigError
 
     mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.ingest.compression.enabled=true"])
     with pytest.raises(ConfigError, match="needs an LLM"):

@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
+from harness.errors import DuplicateIdError, InputError, MemsysError
 from memsys.config import IngestConfig, MemoryConfig, TextNoveltyConfig
-from memsys.errors import DuplicateIdError, InputError, MemsysError
 from memsys.ingest.text import IngestReport, build_text_maus, turn_text, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate, jaccard, word_set
 from memsys.memory import Memory

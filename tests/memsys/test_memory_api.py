@@ -7,8 +7,8 @@ from datetime import datetime
 import pytest
 
 import memsys
+from harness.errors import ConfigError, InputError, StoreReadOnlyError
 from memsys.config import EmbedderConfig, MemoryConfig
-from memsys.errors import ConfigError, InputError, StoreReadOnlyError
 from memsys.memory import Memory
 from memsys.records import Link, LinkKind, Turn
 
@@ -31,8 +31,11 @@ def test_five_line_usage(tmp_path, embedder):
 
 
 def test_public_names_are_exported():
-    assert set(memsys.__all__) == {"Memory", "MemoryConfig", "Turn", "MAU", "Modality"}
+    assert set(memsys.__all__) == {"Memory", "MemoryConfig", "LLMConfig", "compose_config", "Turn", "MAU", "Modality"}
     assert memsys.MemoryConfig is MemoryConfig
+    from memsys.config import LLMConfig, compose
+
+    assert memsys.LLMConfig is LLMConfig and memsys.compose_config is compose
     with pytest.raises(AttributeError):
         memsys.NoSuchThing  # noqa: B018
 

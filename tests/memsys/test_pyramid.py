@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 
+from harness.tokens import count_tokens
 from memsys.config import AnswerConfig, PyramidConfig
 from memsys.records import MAU, Modality
 from memsys.retrieve.context import MediaPart, render_line
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid, cut_to_tokens
-from memsys.tokens import count_tokens
 
 
 def words(text: str) -> int:

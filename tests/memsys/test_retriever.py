@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from memsys.errors import ConfigError
+from harness.errors import ConfigError
 from memsys.memory import Memory
 from memsys.records import MAU, Modality, Status, Turn
 from memsys.retrieve.retriever import Retriever, retrieve_many

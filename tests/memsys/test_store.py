@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memsys.errors import (
+from harness.atomic import atomic_write_json, sha256_bytes
+from harness.errors import (
     DuplicateIdError,
     InputError,
     StoreCorruptError,
@@ -29,7 +30,6 @@ from memsys.errors import (
 )
 from memsys.records import MAU, Link, LinkKind, Modality, Status, TimeMention
 from memsys.store import STORE_VERSION, MemoryStore
-from memsys.store.atomic import atomic_write_json, sha256_bytes
 from memsys.store.codec import mau_from_json, mau_to_json
 from memsys.store.cold import ColdStore
 

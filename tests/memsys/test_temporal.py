@@ -12,7 +12,7 @@ from datetime import datetime, time
 
 import pytest
 
-from memsys.errors import InputError
+from harness.errors import InputError
 from memsys.temporal import describe_mention, format_date, parse_datetime, resolve_relative_times
 
 MONDAY_8_MAY = datetime(2023, 5, 8, 13, 56)  # "1:56 pm on 8 May, 2023", LoCoMo conv-26 session 1

@@ -181,7 +181,7 @@ def test_format_mismatch_from_missing_result_and_typed_format_error():
     assert failure.cls is FailureClass.FORMAT_MISMATCH
     assert classify(exit_code=0, result_status="invalid").cls is FailureClass.FORMAT_MISMATCH
     proc = run_python(
-        "import sys\nfrom memsys.errors import LLMResponseFormatError\n"
+        "import sys\nfrom harness.errors import LLMResponseFormatError\n"
         "from research.failures import format_error_line\n"
         "try:\n    raise LLMResponseFormatError('reply is not JSON: \"The answer is\"')\n"
         "except LLMResponseFormatError as e:\n    print(format_error_line(e.kind, str(e)), file=sys.stderr)\n"
@@ -334,8 +334,8 @@ def test_edited_location_forms():
 
 
 def test_typed_error_traceback_without_error_line():
-    proc = run_python("from memsys.errors import BudgetExceededError\nraise BudgetExceededError('USD cap reached')")
+    proc = run_python("from harness.errors import BudgetExceededError\nraise BudgetExceededError('USD cap reached')")
     failure = classify(proc)
     assert failure.cls is FailureClass.INFRASTRUCTURE and failure.severity == "fatal"
-    proc = run_python("from memsys.errors import LLMAuthError\nraise LLMAuthError('403 from embeddings endpoint')")
+    proc = run_python("from harness.errors import LLMAuthError\nraise LLMAuthError('403 from embeddings endpoint')")
     assert classify(proc).cls is FailureClass.AUTH

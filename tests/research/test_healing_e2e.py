@@ -24,11 +24,11 @@ import pytest
 
 from research.config import load_run_setup
 from research.loop import ResearchLoop
-from research.workspace import make_scratch_repo
-from tests.support.loop import git
 from research.proposers.llm import PROMPTS
 from research.state import LoopState
 from research.trajectory import ExperimentRecord, read_trajectory
+from research.workspace import make_scratch_repo
+from tests.support.loop import git
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "++llm.max_retries=0", "research.proposer=llm", f"research.repo={repo}",
             "research.budget.experiments=4", "research.loop.smoke_sample=null",
             "research.loop.local_fallback=false",  # the real local model would take minutes here
-            "research.sandbox.backend=process", f"research.sandbox.wall_timeout_s={WALL_TIMEOUT_S}",
+            "research.sandbox.backend=process", "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
+            f"research.sandbox.wall_timeout_s={WALL_TIMEOUT_S}",
         ])
         before: dict[str, tuple[int, int]] = {}
         after: dict[str, tuple[int, int]] = {}

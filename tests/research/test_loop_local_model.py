@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.llm]
 
 
 def test_one_experiment_proposed_by_the_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memsys.paths import REPO_ROOT
+    from harness.paths import REPO_ROOT
 
     monkeypatch.setenv("MEMSYS_RUNS_DIR", str(tmp_path / "runs"))
     # the 1.1 GB model is assembled once into the repo's cache, not into every test session's
@@ -26,6 +26,7 @@ def test_one_experiment_proposed_by_the_local_model(tmp_path: Path, monkeypatch:
     repo = make_scratch_repo(tmp_path / "repo")
     setup = load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "llm=local", "research.proposer=llm",
                             f"research.repo={repo}", "research.budget.experiments=1", "research.sandbox.backend=process",
+                            "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
                             "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900",
                             "workers=1"])
     loop = ResearchLoop(setup, "local-model")

@@ -23,8 +23,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-import shutil
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,7 +47,7 @@ PRESET = "configs/memory/naive.yaml"
 SCHEMA = json.loads((MAIN / "research" / "trajectory.schema.json").read_text(encoding="utf-8"))
 #: metrics that measure time or money, not the memory system: a replay cannot reproduce them
 #: (cost_usd: a reply served from the LLM cache is not billed)
-VOLATILE = {"wall_s", "seconds_per_question", "cost_usd"}
+VOLATILE = {"wall_s", "seconds_per_question", "cost_usd", "reader_billed_tokens", "reader_cache_hits"}
 
 CODE_EDIT = {
     "hypothesis": "hybrid candidates (dense then BM25) and a deeper list raise recall",

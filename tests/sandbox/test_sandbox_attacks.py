@@ -47,7 +47,8 @@ def _backends():
                                marks=pytest.mark.skipif(not ok, reason=f"bwrap unavailable: {reason}")))
     docker = DockerSandbox()
     ok, reason = docker.available()
-    params.append(pytest.param(("docker", docker, "python"), id="docker",
+    # the host-rootfs image bind-mounts this interpreter (venv and base prefix) read-only
+    params.append(pytest.param(("docker", docker, sys.executable), id="docker",
                                marks=pytest.mark.skipif(not ok, reason=f"docker unavailable: {reason}")))
     return params
 

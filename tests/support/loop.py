@@ -60,6 +60,7 @@ def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
     from research.config import load_run_setup
 
     return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
+                           "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
                            f"research.repo={repo}", "research.proposer=llm",
                            f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
                            "workers=1", *extra])

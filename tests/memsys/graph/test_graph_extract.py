@@ -7,12 +7,12 @@ from datetime import datetime
 
 import pytest
 
+from harness.errors import LLMResponseFormatError
 from memsys.config import LLMConfig
-from memsys.errors import LLMResponseFormatError
 from memsys.graph.extract_llm import EXTRACTION_SCHEMA, LLMExtractor, parse_extraction
 from memsys.graph.extract_rules import RuleExtractor
-from memsys.graph.text import split_sentences
 from memsys.graph.schema import ENTITY_TYPES, RELATION_TYPES, Extraction, normalize_name
+from memsys.graph.text import split_sentences
 from memsys.llm import LLMClient
 from memsys.records import MAU
 from memsys.temporal import resolve_relative_times

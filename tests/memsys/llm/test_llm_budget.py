@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from memsys.errors import BudgetExceededError, ConfigError
+from harness.errors import BudgetExceededError, ConfigError
+from harness.tokens import count_message_tokens, count_tokens, tokenizer_name
 from memsys.llm.budget import Budget, UsageLog, UsageRecord, cost_usd
-from memsys.tokens import count_message_tokens, count_tokens, tokenizer_name
 
 
 def test_reserve_commit_release_arithmetic():

@@ -7,8 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memsys.config import LLMConfig
-from memsys.errors import (
+from harness.errors import (
     BudgetExceededError,
     ConfigError,
     LLMAuthError,
@@ -18,6 +17,7 @@ from memsys.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from memsys.config import LLMConfig
 from memsys.llm import Budget, LLMClient, ResponseCache, UsageLog, open_llm
 from memsys.llm.structured import to_llama_cpp_format
 from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)

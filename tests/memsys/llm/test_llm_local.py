@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import MissingDependencyError, ModelError
 from memsys.config import LLMConfig, LocalLLMConfig
-from memsys.errors import MissingDependencyError, ModelError
-from memsys.llm.local import LocalServer, ServerSettings, check_server_installed, shared_server
+from memsys.llm.local import LocalServer, ServerSettings, check_server_installed
 from memsys.llm.model_files import (
     MODEL_SPECS,
     ModelSpec,
@@ -55,6 +55,19 @@ def test_sidecar_is_ignored_once_the_file_changes(tmp_path):
     with pytest.raises(ModelError, match="removed it") as info:
         verify_file(dest, hashlib.sha256(blob).hexdigest())
     assert not dest.exists() and "\n" not in str(info.value)
+
+
+def test_a_same_size_rewrite_with_its_mtime_restored_is_hashed_again(tmp_path):
+    """Size and mtime can be forged with os.utime; the sidecar names the inode and its ctime."""
+    parts, blob = make_parts(tmp_path / "parts")
+    dest = assemble_parts(parts, tmp_path / "m.gguf", hashlib.sha256(blob).hexdigest())
+    st = dest.stat()
+    with open(dest, "r+b") as fh:  # same size, same inode
+        fh.write(b"Y")
+    os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert dest.stat().st_size == st.st_size and dest.stat().st_mtime_ns == st.st_mtime_ns
+    assert recorded_sha256(dest) is None
+    assert file_sha256(dest) != hashlib.sha256(blob).hexdigest()
 
 
 def test_hash_mismatch_installs_nothing(tmp_path):
@@ -125,8 +138,8 @@ def test_real_local_model_chat_and_json_schema(monkeypatch):
 
     The verified model file is shared with normal runs (runs/cache/models) instead of
     being re-assembled (1.1 GB) into each session's isolated cache."""
+    from harness.paths import REPO_ROOT
     from memsys.llm import UsageLog, open_llm
-    from memsys.paths import REPO_ROOT
 
     monkeypatch.setenv("MEMSYS_MODELS_DIR", str(REPO_ROOT / "runs" / "cache" / "models"))
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
+from harness.errors import ConfigError, MissingDependencyError, ModelError
 from memsys.config import EmbedderConfig, MediaConfig, MemoryConfig
-from memsys.errors import ConfigError, MissingDependencyError, ModelError
 from memsys.media import MediaInputError, MediaReport, ingest_image, ingest_images, memgallery_image_path
 from memsys.media.encoders import ClipImageEncoder, PerceptualImageEncoder, make_image_encoder
 from memsys.media.image import decode_image
@@ -22,8 +22,6 @@ from memsys.media.ingest import ImageItem, load_image_vector
 from memsys.memory import Memory
 from memsys.records import Modality
 from tests.support.media import scene
-
-
 
 
 def to_bytes(im: Image.Image, fmt: str = "PNG", **kw) -> bytes:

@@ -13,9 +13,9 @@ import pytest
 from PIL import Image
 
 from benchmarks.config import load_eval_setup
-from benchmarks.runner import run_eval
+from harness.paths import data_dir
 from memsys.llm.client import LLMClient
-from memsys.paths import data_dir
+from research.evaluate import run_in_process
 from tests.support.openai_server import OpenAITestServer, Reply
 
 TOPIC = "AI_Robotics_Automation_Future_Tech"
@@ -45,11 +45,12 @@ def gallery_with_images(tmp_path, monkeypatch) -> Path:
 
 
 def test_images_on_disk_reach_a_vision_reader(gallery_with_images):
-    setup = load_eval_setup([*BASE, "reader=llm", "run_id=t-mg-images"])
+    overrides = [*BASE, "reader=llm", "run_id=t-mg-images"]
+    setup = load_eval_setup(overrides)
     cfg = replace(setup.llm, backend="openai", base_url=None, cache=False, max_retries=0, supports_vision=True)
     with OpenAITestServer(lambda req: Reply.of_json({"answer": "D1:IMG_001"})) as srv:
         with LLMClient(replace(cfg, base_url=srv.base_url)) as llm:
-            res = run_eval(setup, llm=llm, progress=False)
+            res = run_in_process(setup, overrides, llm=llm)
         bodies = srv.chat_requests
     assert res.metrics["image_mode"] == "images" and res.n_errors == 0
     parts = [p for b in bodies for m in b["messages"] if isinstance(m["content"], list) for p in m["content"]]
@@ -61,6 +62,7 @@ def test_images_on_disk_reach_a_vision_reader(gallery_with_images):
 def test_without_image_files_the_run_states_caption_mode():
     if not (data_dir() / "mem-gallery").is_dir():
         pytest.skip("Mem-Gallery data not found")
-    res = run_eval(load_eval_setup([*BASE, "reader=none", "run_id=t-mg-captions"]), progress=False)
+    overrides = [*BASE, "reader=none", "run_id=t-mg-captions"]
+    res = run_in_process(load_eval_setup(overrides), overrides)
     assert res.metrics["image_mode"] == "captions"
     assert "Mem-Gallery image mode: captions" in res.table

@@ -1,4 +1,6 @@
-"""The evaluation runner end to end: real stores, real FAISS/BM25, the OpenAI test server as reader."""
+"""Both halves of an evaluation in one process (memsys.predict answers, benchmarks scores):
+real stores, real FAISS/BM25, the OpenAI test server as reader. The sandboxed path and
+the attacks on it are in test_evaluate_sandbox.py and test_attacks.py."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.config import load_eval_setup
-from benchmarks.runner import PREDICTIONS, RunFolderError, read_predictions, run_eval
-from memsys.errors import LLMAuthError, LLMServerError
+from benchmarks.runner import PREDICTIONS, RunFolderError
+from harness.errors import LLMAuthError, LLMServerError
+from harness.views import ANSWERS_FILE
 from memsys.llm.client import LLMClient
+from research.evaluate import run_in_process
 from tests.support.openai_server import OpenAITestServer, Reply
 
 BASE = ["benchmark=locomo", "split=dev", "sample=tiny", "memory=naive", "mlflow=false", "workers=2"]
@@ -19,6 +23,10 @@ BASE = ["benchmark=locomo", "split=dev", "sample=tiny", "memory=naive", "mlflow=
 
 def setup_for(*extra: str):
     return load_eval_setup([*BASE, *extra])
+
+
+def run_eval(setup, llm=None, progress=False):
+    return run_in_process(setup, BASE, llm=llm)
 
 
 @contextmanager
@@ -45,12 +53,12 @@ def test_retrieval_only_run_writes_the_run_folder(locomo_path):
 def test_killed_run_resumes_without_duplicates(locomo_path):
     full = run_eval(setup_for("reader=none", "run_id=t-full"), progress=False)
     part = run_eval(setup_for("reader=none", "run_id=t-resume"), progress=False)
-    path = part.run_dir / PREDICTIONS
-    lines = path.read_text().splitlines()
-    path.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])  # killed mid-write
-    assert len(read_predictions(path)) == 4
+    answers = part.run_dir / "untrusted" / "out" / ANSWERS_FILE
+    lines = answers.read_text().splitlines()
+    answers.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])  # killed mid-write
     again = run_eval(setup_for("reader=none", "run_id=t-resume"), progress=False)
-    rows = [json.loads(l) for l in path.read_text().splitlines()]
+    assert len(answers.read_text().splitlines()) == 12
+    rows = [json.loads(l) for l in (part.run_dir / PREDICTIONS).read_text().splitlines()]
     assert len(rows) == 12 and len({r["question_id"] for r in rows}) == 12
     assert again.metrics["recall_at_10"] == pytest.approx(full.metrics["recall_at_10"])
 
@@ -80,9 +88,10 @@ def test_llm_reader_scores_answers_and_keeps_bad_replies_as_errors(locomo_path):
             return Reply.raw(b"not json at all")
         return Reply.of_json({"answer": "7 May 2023"})
 
-    setup = setup_for("reader=llm", "memory.answer.response_format=true", "run_id=t-llm", "workers=1")
+    extra = ["reader=llm", "memory.answer.response_format=true", "run_id=t-llm", "workers=1"]
+    setup = setup_for(*extra)
     with OpenAITestServer(handler) as srv, reader(srv, setup) as llm:
-        res = run_eval(setup, llm=llm, progress=False)
+        res = run_in_process(setup, [*BASE, *extra], llm=llm)
     rows = [json.loads(l) for l in (res.run_dir / PREDICTIONS).read_text().splitlines()]
     assert len(rows) == 12 and res.n_errors == 1
     assert sum(r["prediction"] == "7 May 2023" for r in rows) == 11
@@ -112,13 +121,14 @@ def test_every_reader_call_failing_is_an_api_error(locomo_path):
 def test_built_store_is_reused(locomo_path):
     from benchmarks.datasets import load_benchmark
     from benchmarks.splits import select
-    from benchmarks.stores import build_or_open_store
+    from benchmarks.views import public_view
+    from memsys.predict import build_or_open_store
 
     setup = setup_for("reader=none")
-    bench = select(load_benchmark("locomo"), "dev", "tiny", setup.benchmark)
-    conv = bench.conversations[0]
-    mem1, _ = build_or_open_store(bench, conv, setup.memory)
-    mem2, built = build_or_open_store(bench, conv, setup.memory)
+    view = public_view(select(load_benchmark("locomo"), "dev", "tiny", setup.benchmark))
+    conv = view.conversations[0]
+    mem1, _ = build_or_open_store(view, conv, setup.memory)
+    mem2, built = build_or_open_store(view, conv, setup.memory)
     assert built is False and mem2.store.path == mem1.store.path and len(mem2) == len(mem1) > 0
     mem1.close()
     mem2.close()

@@ -6,10 +6,10 @@
             question, throughput with 1, 2 and 4 workers (LLM cache off)
   warm      the same evaluation twice: cold caches, then warm (target: warm < 10% of cold)
 
-    python -m benchmarks.perf.bench_eval quality
-    python -m benchmarks.perf.bench_eval e2e --sample small --workers 1 2 4
-    python -m benchmarks.perf.bench_eval warm --sample small
-    python -m benchmarks.perf.bench_eval format --sample small    (Memory.ask, response_format on vs off)
+    python -m research.perf.bench_eval quality
+    python -m research.perf.bench_eval e2e --sample small --workers 1 2 4
+    python -m research.perf.bench_eval warm --sample small
+    python -m research.perf.bench_eval format --sample small    (Memory.ask, response_format on vs off)
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ EXTRA: list[str] = []  # overrides every evaluation of this invocation gets (e.g
 
 def _eval(overrides: list[str], llm=None):
     from benchmarks.config import load_eval_setup
-    from benchmarks.runner import run_eval
+    from research.evaluate import run_in_process
 
     setup = load_eval_setup([*overrides, *EXTRA])
-    return run_eval(setup, llm=llm, progress=False)
+    return run_in_process(setup, [*overrides, *EXTRA], llm=llm)
 
 
 def quality(out: dict) -> None:
@@ -129,7 +129,7 @@ def main() -> None:
                     "(the 1.5B CPU model reads ~50-70 prompt tokens/s, so B=6000 costs ~1 min per question)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    from memsys.paths import runs_dir
+    from harness.paths import runs_dir
 
     if a.budget:
         EXTRA.append(f"memory.pyramid.budget_tokens={a.budget}")

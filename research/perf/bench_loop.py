@@ -6,8 +6,8 @@
 
 This script drives research/ (it is an entry point, not part of the scorer package).
 
-    python -m benchmarks.perf.bench_loop overhead --experiments 5
-    python -m benchmarks.perf.bench_loop compare --experiments 3 --sample tiny --reader llm
+    python -m research.perf.bench_loop overhead --experiments 5
+    python -m research.perf.bench_loop compare --experiments 3 --sample tiny --reader llm
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from memsys.paths import REPO_ROOT
-
+from harness.paths import REPO_ROOT
 
 
 def scratch_repo() -> Path:

@@ -35,13 +35,12 @@ least one healing entry), infrastructure, and counted as a degradation (measured
 state: a failed experiment raised the consecutive degradations or forced a pivot; an evaluated one
 degraded the metric). One loop per reader mode, so two baselines.
 
-    python -m benchmarks.perf.bench_healing [--n 2] [--wall-timeout 90] [--memory-gb 3]
+    python -m research.perf.bench_healing [--n 2] [--wall-timeout 90] [--memory-gb 3]
         [--only runtime_error,auth] [--out runs/bench/healing.json] [--keep]
 """
 
 from __future__ import annotations
 
-from research.workspace import make_scratch_repo
 import argparse
 import json
 import os
@@ -57,10 +56,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from research.workspace import make_scratch_repo
+
 if __package__ in (None, ""):  # run as a file: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from memsys.paths import cache_dir  # noqa: E402
+from harness.paths import cache_dir  # noqa: E402
 from research.proposers.llm import PROMPTS  # noqa: E402
 from tests.support.openai_server import OpenAITestServer, Reply  # noqa: E402
 

@@ -13,8 +13,8 @@ Writes runs/bench/replay.json (or --out) and prints it: per step the recorded an
 objective, whether they are equal (and every non-timing metric too), the decisions, the
 per-step seconds of both, ``all_equal``, and the wall time of the original run vs the replay.
 
-    python -m benchmarks.perf.bench_replay                      # sample=tiny
-    python -m benchmarks.perf.bench_replay --sample small --cold
+    python -m research.perf.bench_replay                      # sample=tiny
+    python -m research.perf.bench_replay --sample small --cold
 
 Runs, repo and caches live in a temp folder (removed unless --keep). By default one untimed
 evaluation warms that cache first (stores, embeddings), so the original run's baseline does not
@@ -24,7 +24,6 @@ original run builds it (and the replay then starts warm).
 
 from __future__ import annotations
 
-from research.workspace import make_scratch_repo
 import argparse
 import json
 import os
@@ -37,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
+
+from research.workspace import make_scratch_repo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET = "configs/memory/naive.yaml"
@@ -127,7 +128,7 @@ def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
                 "replay_s": round(r.durations.get("total_s", 0.0), 2) if r else None,
             })
         out = {
-            "command": " ".join(["python -m benchmarks.perf.bench_replay", f"--sample {sample}"]
+            "command": " ".join(["python -m research.perf.bench_replay", f"--sample {sample}"]
                                 + (["--cold"] if cold else [])),
             "sample": sample, "reader": "none",
             "cache": "cold (the original run builds the store)" if cold else f"warm (untimed warm-up eval {warm:.1f}s)",
@@ -156,7 +157,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp repo and run folders")
     ap.add_argument("--out", default=None, help="default: runs/bench/replay.json")
     a = ap.parse_args()
-    from memsys.paths import runs_dir
+    from harness.paths import runs_dir
 
     path = Path(a.out) if a.out else runs_dir() / "bench" / "replay.json"  # before runs move to the temp folder
     sys.path.insert(0, str(REPO_ROOT))  # tests.support is importable from a checkout

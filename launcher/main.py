@@ -1,6 +1,7 @@
 """The ``memsys`` program: one entry point, subcommands owned by their packages.
 
-memsys/ owns ingest/search/ask, benchmarks/ owns eval, research/ owns run/replay/report.
+memsys/ owns ingest/search/ask; research/ owns eval/run/confirm/replay/report (the trusted
+evaluation service lives there: an evaluation runs the evaluated code in a sandbox).
 Heavy libraries are imported inside the commands, so ``memsys --help`` stays fast.
 """
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from memsys import cli as memsys_cli
 
     memsys_cli.add_parsers(sub)
-    for module in ("benchmarks.cli", "research.commands"):
+    for module in ("research.commands",):
         try:
             mod = __import__(module, fromlist=["add_parsers"])
         except ModuleNotFoundError as exc:

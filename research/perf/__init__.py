@@ -1,0 +1,1 @@
+"""Micro-benchmarks of the research loop's own machinery (not of memsys)."""

@@ -1,0 +1,159 @@
+"""The attack suite, through the real evaluation path.
+
+Each attack is a hostile scripted researcher proposal carried by a real loop experiment (real git,
+the real sandbox, the LoCoMo tiny dev sample; tests/support/attacks.py holds the attack code and
+the checks, shared with research/perf/bench_attacks.py). Attacks are grouped into one loop run per
+group to keep time down: "sandbox" (1-5, 9), "surface" (6-7), "network" (8, reader=llm through the
+gateway); attack 10 needs no sandbox. Every attack must fail: the objective is unchanged (or the
+experiment is refused with the right failure class), nothing outside the surface is committed,
+the trusted files, the git hooks and the shared caches are changed only by the trusted side, and
+no marker of an escape appears on the host.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support import attacks as A
+
+pytestmark = pytest.mark.slow
+
+
+def _docker_ok() -> tuple[bool, str]:
+    try:
+        from sandbox.docker import DockerSandbox
+
+        return DockerSandbox().available()
+    except Exception as exc:  # noqa: BLE001 - any failure to probe means: not here
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+_DOCKER = _docker_ok()
+BACKENDS = [
+    "bwrap",
+    pytest.param("docker", marks=pytest.mark.skipif(not _DOCKER[0], reason=f"docker unavailable: {_DOCKER[1]}")),
+]
+
+
+@pytest.fixture
+def work(tmp_path: Path, runs: Path) -> Path:
+    """tmp_path with MEMSYS_RUNS_DIR set (the `runs` fixture); the shared cache is the session's."""
+    return tmp_path
+
+
+@pytest.fixture
+def token() -> Iterator[str]:
+    tok = uuid.uuid4().hex
+    yield tok
+    for m in A.host_markers(tok):  # never leave a marker behind for another test to find
+        Path(m).unlink(missing_ok=True)
+
+
+def _report(rr: A.RunResult) -> dict[str, tuple[str, list[str]]]:
+    return {a.name: A.check_attack(rr, a) for a in A.attacks(rr.token) if a.name in rr.records}
+
+
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sandbox_attacks(backend: str, work: Path, token: str) -> None:
+    """1 result tampering (atexit, forged result), 2 gold reading, 3 scorer monkeypatching,
+    4 cache poisoning, 5 git hooks (from the sandbox, and as an edit path), 9 bad answers files."""
+    rr = A.run_group("sandbox", backend, work, token)
+    assert rr.state.sandbox["backend"] == backend and rr.state.sandbox["weak"] is False
+    base = rr.baseline
+    assert base.decision == "baseline" and base.objective == "recall_at_10" and 0 < base.objective_value < 1
+    results = _report(rr)
+    for name, (outcome, problems) in results.items():
+        assert problems == [], f"{name} ({outcome})"
+    r = rr.records
+    # 1a: the atexit hook ran but found no trusted file to rewrite
+    rep = A.read_report(rr, r["1a-tamper-atexit"], "1a-tamper-atexit")
+    assert rep["ran"] and not any("untrusted/out" not in p for p in rep["found"])
+    # 1b: the forged files sit in its own out/, the trusted result is the real (empty answers) score
+    forged = r["1b-forged-result"]
+    assert forged.decision != "proceed" and forged.objective_value < base.objective_value
+    assert forged.objective_value == 0.0
+    # 2: the data folder is nowhere in the sandbox
+    assert A.read_report(rr, r["2-gold-read"], "2-gold-read")["found"] == []
+    # 4: the merge refused the wrong vectors and the linked store
+    cache = r["4-cache-poison"].cache
+    assert cache["embeddings_refused"] > 0 and cache["stores_refused"] >= 1
+    rep4 = A.read_report(rr, r["4-cache-poison"], "4-cache-poison")
+    n, bad = A.shared_embedding_mismatches(rr, rep4["poisoned"])
+    assert bad == [] and n > 0  # the view's questions are shared, each with the trusted vector
+    # 5: no hook, no hooksPath; a later worktree (plain git, hooks on) runs nothing
+    assert r["5b-git-hook-edit"].failure["stage"] == "apply"
+    assert not (rr.repo / ".git" / "hooks" / "pre-commit").exists()
+    assert not (rr.repo / ".git" / "hooks" / "post-checkout").exists()
+    assert A.later_worktree_runs_nothing(rr) == []
+    # 9: every contract break is a format_mismatch with a reason, nothing scored
+    for variant, words in (("extra", "not asked"), ("missing", "no answer"), ("oversized", "answer must be"),
+                           ("symlink", "plain file")):
+        f = r[f"9-answers-{variant}"].failure
+        assert f["cls"] == "format_mismatch" and words in f["message"], (variant, f["message"])
+    assert A.check_run(rr) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_surface_attacks(backend: str, work: Path, token: str) -> None:
+    """6 a repair that edits the scorer; 7 presets escaping 'memory' (@package, defaults)."""
+    rr = A.run_group("surface", backend, work, token)
+    for name, (outcome, problems) in _report(rr).items():
+        assert problems == [], f"{name} ({outcome})"
+    rep = rr.records["6-repair-outside-surface"]
+    assert [h["action"] for h in rep.healing] == ["repair_edit", "give_up"]
+    assert rep.healing[0]["failure"] == "runtime_error"
+    assert "benchmarks/metrics/retrieval.py" in rep.healing[0]["result"]
+    assert rep.decision == "failed" and rep.failure["cls"] == "runtime_error"
+    retrieval = "benchmarks/metrics/retrieval.py"
+    assert A.git(rr.repo, "show", f"{rep.commit}:{retrieval}") == A.git(rr.repo, "show", f"{rr.state.base_commit}:{retrieval}")
+    for name in ("7a-preset-package", "7b-preset-defaults"):
+        rec = rr.records[name]
+        assert rec.failure["cls"] == "forbidden_edit" and rec.failure["stage"] == "apply", rec.failure
+        assert rec.eval_run_id is None and rec.objective == "recall_at_10"
+    assert "@package" in rr.records["7a-preset-package"].failure["message"]
+    assert "defaults entry" in rr.records["7b-preset-defaults"].failure["message"]
+    assert A.check_run(rr) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_key_exfiltration(backend: str, work: Path, token: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 reader=llm through the gateway: the key is not in the sandbox, no socket reaches the host."""
+    key = f"{A.KEY_PREFIX}{uuid.uuid4().hex}"
+    monkeypatch.setenv(A.KEY_ENV, key)
+    rr = A.run_group("network", backend, work, token, key=key)
+    assert rr.baseline.objective == "all_honest" and rr.baseline.reader["requests"] > 0
+    for name, (outcome, problems) in _report(rr).items():
+        assert problems == [], f"{name} ({outcome})"
+    rep = A.read_report(rr, rr.records["8-exfiltrate-key"], "8-exfiltrate-key")
+    assert rep["connected"] == [] and rep["found"] == []
+    assert A.key_problems(rr) == []
+    assert A.check_run(rr) == []
+
+
+def test_weak_sandbox_refused_before_anything(work: Path) -> None:
+    """10 the process backend without allow_weak: WeakSandboxError, no run folder, no refs."""
+    outcome, problems = A.weak_backend_refused(work)
+    assert problems == [], outcome
+    assert outcome.startswith("refused before start")
+
+
+def test_default_scratch_repo_runs_in_the_sandbox(repo: Path, runs: Path) -> None:
+    """The `repo` fixture (make_scratch_repo's default PROJECT_PATHS) under bwrap: the baseline must run
+    (it did not while PROJECT_PATHS left out harness/: ModuleNotFoundError inside the sandbox)."""
+    from research.loop import ResearchLoop
+    from research.trajectory import read_trajectory
+    from tests.support.loop import IMPROVE, scripted_opener, scripted_setup
+    from tests.support.openai_server import OpenAITestServer, Reply
+
+    with OpenAITestServer() as server:
+        server.enqueue(Reply.of_json(IMPROVE))
+        ResearchLoop(scripted_setup(repo, 1, "research.sandbox.backend=bwrap", "research.sandbox.allow_weak=false"),
+                     "scratch", llm_opener=scripted_opener(server)).run()
+    base = read_trajectory(runs / "scratch")[0][0]
+    assert base.failure is None, base.failure["message"]
+
