@@ -28,6 +28,9 @@ REQUEST_SCHEMA = "memsys-predict-request/1"
 ANSWERS_FILE = "answers.jsonl"
 VIEW_FILE = "view.json"
 REQUEST_FILE = "request.json"
+#: environment of the untrusted half, set by the trusted side: read-only folders it may use
+STORES_READONLY_ENV = "MEMSYS_STORES_READONLY"  # stores built by byte-identical code
+EMBEDDINGS_READONLY_ENV = "MEMSYS_EMBEDDINGS_READONLY"  # verified embeddings (a SQLite file)
 
 
 class PredictionFormatError(MemsysError):

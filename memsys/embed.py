@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from harness.views import EMBEDDINGS_READONLY_ENV
 from memsys.config import EmbedderConfig
 from memsys.errors import CacheError, MissingDependencyError, ModelError
 from memsys.paths import cache_dir
@@ -103,10 +104,6 @@ class HashingEmbedder(Embedder):
                 h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little")
                 out[i, h % self.dim] += 1.0 if (h >> 63) else -1.0
         return normalize_rows(out)
-
-
-#: environment variable naming a read-only embeddings file offered by the trusted side
-READONLY_EMBEDDINGS_ENV = "MEMSYS_EMBEDDINGS_READONLY"
 
 
 class CachedEmbedder(Embedder):
@@ -197,7 +194,7 @@ def make_embedder(cfg: EmbedderConfig, *, cache_path: Path | None = None) -> Emb
             else:
                 raise ModelError(f"unknown embedder backend '{cfg.backend}' (sentence_transformers | hashing)")
             if cfg.cache:
-                ro = os.environ.get(READONLY_EMBEDDINGS_ENV)
+                ro = os.environ.get(EMBEDDINGS_READONLY_ENV)
                 inner = CachedEmbedder(inner, cache_path or cache_dir() / "embeddings.sqlite",
                                        readonly=Path(ro) if ro and cache_path is None else None)
             _EMBEDDERS[key] = inner

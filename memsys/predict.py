@@ -30,21 +30,26 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.views import ANSWERS_FILE, PredictRequest, PublicConversation, PublicTurn, PublicView
+from harness.views import (
+    ANSWERS_FILE,
+    STORES_READONLY_ENV,
+    PredictRequest,
+    PublicConversation,
+    PublicTurn,
+    PublicView,
+)
 from memsys.config import LLMConfig, MemoryConfig, compose, to_container, validate
 from memsys.errors import BudgetExceededError, LLMAuthError, LLMError, MemsysError
 from memsys.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
-#: environment variable naming a read-only folder of built stores offered by the trusted side
-READONLY_STORES_ENV = "MEMSYS_STORES_READONLY"
 # memsys modules whose code decides what a built store contains
 _INGEST_CODE = ("ingest", "store", "embed.py", "records.py", "temporal.py", "graph", "media", "index")
 
 
 def readonly_stores_dir() -> Path | None:
-    value = os.environ.get(READONLY_STORES_ENV)
+    value = os.environ.get(STORES_READONLY_ENV)
     return Path(value) if value else None
 
 

@@ -34,7 +34,9 @@ from harness.atomic import atomic_write_json
 from harness.errors import MemsysError
 from harness.views import (
     ANSWERS_FILE,
+    EMBEDDINGS_READONLY_ENV,
     REQUEST_FILE,
+    STORES_READONLY_ENV,
     VIEW_FILE,
     PredictionFormatError,
     PredictRequest,
@@ -47,17 +49,20 @@ from sandbox import SandboxResult, SandboxSpec
 log = logging.getLogger(__name__)
 
 RESULT_SCHEMA = "memsys-eval-result/1"
-#: environment names of the sandbox contract (read by memsys inside the sandbox)
-STORES_READONLY_ENV = "MEMSYS_STORES_READONLY"
-EMBEDDINGS_READONLY_ENV = "MEMSYS_EMBEDDINGS_READONLY"
+#: what the sandbox sees of the evaluated tree
+SANDBOX_CODE_DIRS = ("memsys", "harness", "configs")
 #: base_url the sandboxed reader uses; the host part is ignored over the socket
 GATEWAY_BASE_URL = "http://gateway/v1"
 
 
 class Gateway(Protocol):
+    """What an evaluation needs of the host-side LLM gateway (research.gateway.LLMGateway)."""
+
     socket_path: Path
 
     def usage(self) -> Any: ...
+
+    def child_env(self) -> dict[str, str]: ...
 
 
 @dataclass
@@ -134,7 +139,10 @@ def sandbox_spec(job: EvalJob, request_path: Path, *, gateway: Gateway | None, s
         "MPLBACKEND": "Agg",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    readonly = [root, work / "public", *[p for p in _python_paths() if p.is_dir()]]
+    # only the code the untrusted half imports (import-linter keeps memsys to itself and harness) and
+    # the config tree: not the rest of the checkout, whose runs/ may hold earlier runs' scored rows
+    readonly = [root / d for d in SANDBOX_CODE_DIRS if (root / d).is_dir()]
+    readonly += [work / "public", *[p for p in _python_paths() if p.is_dir()]]
     if gateway is not None:
         env.update(gateway.child_env())
         readonly.append(Path(gateway.socket_path).parent)
@@ -146,7 +154,7 @@ def sandbox_spec(job: EvalJob, request_path: Path, *, gateway: Gateway | None, s
             env[EMBEDDINGS_READONLY_ENV] = str(shared.embeddings_path)
             readonly.append(shared.embeddings_dir())
     argv = [sys.executable, "-m", "memsys.predict", str(request_path)]
-    return SandboxSpec(argv=argv, workdir=root, writable=[work / "out", work / "cache"], readonly=readonly,
+    return SandboxSpec(argv=argv, workdir=work / "out", writable=[work / "out", work / "cache"], readonly=readonly,
                        env=env, network="none", wall_timeout_s=job.wall_timeout_s, memory_bytes=job.memory_bytes,
                        max_file_bytes=2 << 30, max_open_files=4096)
 

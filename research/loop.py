@@ -656,6 +656,7 @@ class ResearchLoop:
     def _finish(self, rec: ExperimentRecord) -> None:
         st = self.state
         rec.finished = _now()
+        rec.sandbox = rec.sandbox or dict(st.sandbox)  # every row says which wall its numbers stood behind
         reader = rec.reader or {}
         st.tokens += rec.tokens + reader.get("billed_tokens", 0)  # cache hits cost nothing
         st.cost_usd += rec.cost_usd + reader.get("cost_usd", 0.0)

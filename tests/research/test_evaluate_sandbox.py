@@ -84,3 +84,21 @@ def test_caches_are_shared_only_by_identical_code_and_after_verification(repo: P
     with open(tree / "memsys" / "predict.py", "a") as fh:
         fh.write("\n")
     assert code_namespace(tree) != namespaces[0]
+
+
+def test_the_sandbox_sees_only_the_code_it_runs(tmp_path: Path) -> None:
+    """Not the checkout's runs/ (earlier runs' scored rows hold gold answers), tests or scorer."""
+    from research.evaluate import EvalJob, sandbox_spec
+
+    root = Path(__file__).resolve().parents[2]
+    setup = load_eval_setup(BASE)
+    job = EvalJob(setup, root, "naive", tmp_path / "untrusted")
+    (tmp_path / "untrusted" / "out").mkdir(parents=True)
+    spec = sandbox_spec(job, tmp_path / "untrusted" / "public" / "request.json", gateway=None, shared=None,
+                        namespace="x")
+    mounted = {*spec.readonly, *spec.writable}
+    assert {root / "memsys", root / "harness", root / "configs"} <= mounted
+    for hidden in (root, root / "runs", root / "benchmarks", root / "research", root / "tests"):
+        assert hidden not in mounted and not any(m in hidden.parents for m in mounted)
+    assert spec.network == "none" and "MEMSYS_DATA_DIR" not in spec.env
+    assert not any("KEY" in k.upper() for k in spec.env)
