@@ -3,9 +3,12 @@
 A sandbox gets its own empty, writable cache folder per evaluation; the shared caches are
 offered read-only, and only what the trusted side verifies here is ever shared:
 - **built stores** are shared only with later evaluations of byte-identical code: they live
-  under a namespace that is the hash of the evaluated tree's ``memsys/`` and
-  ``configs/memory/`` as the trusted side reads them, so an artifact is only ever reused by
-  the exact code (and config files) that produced it;
+  under a namespace that is the hash of the evaluated tree's ``memsys/`` as the trusted side
+  reads it, so an artifact is only ever reused by the exact code that produced it. Presets
+  (data, not code) may differ: that code's own store key includes the ingestion config, so a
+  config-only experiment (most of them) reuses the stores its retrieval change cannot affect.
+  Whatever the code does with its cache, it can only ever feed itself; the held-out
+  confirmation reads a cache set of its own;
 - **embeddings** are recomputed here with the trusted embedder; a vector is shared only when
   it matches (cosine >= ``min_cosine``) and its key is the hash of its own model and text,
   so a sandbox cannot plant a wrong vector for a text later evaluations will embed;
@@ -51,8 +54,12 @@ class MergeReport:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
 
-def code_namespace(root: Path, surface: Iterable[str] = MUTABLE_SURFACE) -> str:
-    """sha256 over every file of the surface in ``root`` (paths and bytes), read by the trusted side."""
+#: the code whose bytes name a store namespace (the rest of the surface is configuration)
+CODE_PREFIXES: tuple[str, ...] = tuple(p for p in MUTABLE_SURFACE if not p.startswith("configs/"))
+
+
+def code_namespace(root: Path, surface: Iterable[str] = CODE_PREFIXES) -> str:
+    """sha256 over every file under ``surface`` in ``root`` (paths and bytes), read by the trusted side."""
     h = hashlib.sha256()
     for prefix in surface:
         base = root / prefix.rstrip("/")

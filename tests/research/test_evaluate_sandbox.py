@@ -81,6 +81,8 @@ def test_caches_are_shared_only_by_identical_code_and_after_verification(repo: P
     for name in ("memsys", "configs/memory"):
         shutil.copytree(root / name, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
     assert code_namespace(tree) == namespaces[0]
+    (tree / "configs" / "memory" / "naive.yaml").write_text("name: naive\n")  # a preset is data, not code
+    assert code_namespace(tree) == namespaces[0]
     with open(tree / "memsys" / "predict.py", "a") as fh:
         fh.write("\n")
     assert code_namespace(tree) != namespaces[0]
