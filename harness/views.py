@@ -39,6 +39,19 @@ class PredictionFormatError(MemsysError):
     kind = "prediction_format"
 
 
+class _JsonFile:
+    """Written atomically by the trusted side, read by the untrusted one (``to_json``/``from_json``)."""
+
+    __slots__ = ()
+
+    def write(self, path: Path) -> None:
+        atomic_write_text(path, json.dumps(self.to_json(), ensure_ascii=False))  # type: ignore[attr-defined]
+
+    @classmethod
+    def read(cls, path: Path) -> Any:
+        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True, slots=True)
 class PublicTurn:
     id: str
@@ -83,7 +96,7 @@ class PublicConversation:
 
 
 @dataclass(frozen=True, slots=True)
-class PublicView:
+class PublicView(_JsonFile):
     """One evaluation's inputs; ``digest`` names its content (store caches key on it)."""
 
     benchmark: str
@@ -123,16 +136,9 @@ class PublicView:
         )
         return cls(data["benchmark"], data["split"], data.get("sample"), convs)
 
-    def write(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_json(), ensure_ascii=False))
-
-    @classmethod
-    def read(cls, path: Path) -> "PublicView":
-        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-
 
 @dataclass(frozen=True, slots=True)
-class PredictRequest:
+class PredictRequest(_JsonFile):
     """How the trusted side asks for answers: which code config, which reader, where to write.
 
     The memory config is named (preset + overrides) and composed *inside* the sandbox
@@ -164,13 +170,6 @@ class PredictRequest:
         fields = {k: v for k, v in data.items() if k != "schema"}
         fields["memory_overrides"] = tuple(fields.get("memory_overrides", ()))
         return cls(**fields)
-
-    def write(self, path: Path) -> None:
-        atomic_write_text(path, json.dumps(self.to_json(), ensure_ascii=False))
-
-    @classmethod
-    def read(cls, path: Path) -> "PredictRequest":
-        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 @dataclass(frozen=True, slots=True)

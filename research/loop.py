@@ -600,11 +600,7 @@ class ResearchLoop:
                 rec.edits += [asdict(e) for e in rep.edits]
                 rec.config_overrides += rep.config_overrides
                 rec.tokens += rep.tokens
-                try:
-                    rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: repair {attempt + 1}")
-                except ForbiddenEditError as exc:
-                    entry["result"] = f"repair refused: {exc}"
-                    rec.failure = _forbidden(exc)
+                if not self._commit_repair(wt, rec, entry, f"{rec.experiment_id}: repair {attempt + 1}"):
                     return None
                 rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
                 edited = sorted(set(edited) | set(changed))
@@ -617,11 +613,7 @@ class ResearchLoop:
                 prop.edits = keep
                 changed, err = self._apply(wt, prop)
                 rec.edits = [asdict(e) for e in keep]
-                try:
-                    rec.commit = self.ws.commit(wt, f"{rec.experiment_id}: revert import edit")
-                except ForbiddenEditError as exc:
-                    entry["result"] = f"refused: {exc}"
-                    rec.failure = _forbidden(exc)
+                if not self._commit_repair(wt, rec, entry, f"{rec.experiment_id}: revert import edit"):
                     return None
                 rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
             elif action.action == "fewer_workers":
@@ -636,6 +628,16 @@ class ResearchLoop:
                 entry["result"] = self._switch_to_local()
             entry.setdefault("result", "retrying")
         return outcome
+
+    def _commit_repair(self, wt: Worktree, rec: ExperimentRecord, entry: dict[str, Any], message: str) -> bool:
+        """Commit a healing step; a diff that leaves the surface is undone and ends the experiment."""
+        try:
+            rec.commit = self.ws.commit(wt, message)
+            return True
+        except ForbiddenEditError as exc:
+            entry["result"] = f"refused: {exc}"
+            rec.failure = _forbidden(exc)
+            return False
 
     def _reset_to(self, wt: Worktree, commit: str) -> None:
         r = self.ws.repo_at(wt.path)
