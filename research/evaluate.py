@@ -195,7 +195,7 @@ def _result_dict(res: EvalResult) -> dict[str, Any]:
 
 def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shared: SharedCache | None = None,
              llm: Any = None, parent_metrics: dict[str, Any] | None = None, code_changed: bool = False,
-             edited_paths: Sequence[str] = (), raise_errors: bool = False) -> EvalOutcome:
+             edited_paths: Sequence[str] = (), raise_errors: bool = False, bench: Any = None) -> EvalOutcome:
     """Run both halves. ``sandbox=None`` runs the untrusted half in this process (tests, benches,
     a user's own code): the same code and the same scoring, without isolation; ``raise_errors``
     then lets its typed errors through instead of classifying them."""
@@ -203,7 +203,7 @@ def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shar
 
     started = time.perf_counter()
     setup = job.setup
-    bench = selection(setup)
+    bench = bench if bench is not None else selection(setup)  # gold included: trusted side only
     runs_root = job.runs_root or runs_dir()
     run_id, run_dir = prepare_run(setup, bench, runs_root)
     req, request_path = prepare_public(job, bench)
@@ -330,6 +330,7 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
     ev = setup.eval
     ev.run_id = ev.run_id or new_run_id(setup)
     preset, mem_overrides = memory_choice(overrides, setup)
+    bench = selection(setup)
     sandbox = None
     if ev.sandbox != "inprocess":
         from sandbox import make_sandbox
@@ -351,15 +352,16 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
         # anything but dev (test, all) shares only with other held-out evaluations
         shared = SharedCache(cache_dir(), name=SHARED_DIR if ev.split == "dev" else HELDOUT_DIR) if sandbox is not None else None
         if progress:
-            stack.enter_context(answer_progress(job.work_dir / "out" / ANSWERS_FILE, setup))
-        return evaluate(job, sandbox, gateway=gateway, shared=shared, llm=llm)
+            total = sum(len(c.questions) for c in bench.conversations)
+            stack.enter_context(answer_progress(job.work_dir / "out" / ANSWERS_FILE, total))
+        return evaluate(job, sandbox, gateway=gateway, shared=shared, llm=llm, bench=bench)
 
 
 class answer_progress:
     """A progress bar fed by the growth of the sandbox's answers file (the only channel we read)."""
 
-    def __init__(self, path: Path, setup: EvalSetup):
-        self.path, self.setup = path, setup
+    def __init__(self, path: Path, total: int):
+        self.path, self.total = path, total
         self._stop = None
 
     def __enter__(self) -> "answer_progress":
@@ -367,7 +369,7 @@ class answer_progress:
 
         from tqdm import tqdm
 
-        total = len(selection(self.setup).questions)
+        total = self.total
         self._bar = tqdm(total=total, unit="q", desc="eval")
         self._stop = threading.Event()
 
