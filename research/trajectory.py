@@ -26,7 +26,7 @@ DISCOVERY_TYPES = (
     "evaluation_format_alignment",
     "hyperparameter_tuning",
 )
-DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected")
+DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected")  # rejected: refused or no effect, never evaluated
 
 
 class TrajectoryError(MemsysError):
@@ -52,7 +52,8 @@ class ExperimentRecord:
     commit: str | None = None
     branch: str | None = None
     hypothesis: str = ""
-    discovery_type: str | None = None
+    discovery_type: str | None = None  # classified from what the change touched (research.discovery)
+    proposed_type: str | None = None  # the proposer's own label, kept beside the classified one
     expected_effect: str = ""
     edits: list[dict[str, str]] = field(default_factory=list)
     config_overrides: list[str] = field(default_factory=list)
@@ -78,6 +79,11 @@ class ExperimentRecord:
     sandbox: dict[str, Any] = field(default_factory=dict)  # backend and the guarantees it gave
     reader: dict[str, Any] = field(default_factory=dict)  # reader usage counted by the gateway
     cache: dict[str, Any] = field(default_factory=dict)  # what the trusted cache merge shared or refused
+    screen: dict[str, Any] = field(default_factory=dict)  # reader-free screen: questions, changed inputs, verdict
+    test: dict[str, Any] = field(default_factory=dict)  # paired test against the best (research.stats.PairedTest)
+    check: dict[str, Any] = field(default_factory=dict)  # the disjoint dev slice checked before the best ref moves
+    lesson: str = ""  # one line the loop learned from this experiment (shown to the researcher)
+    effective_key: str = ""  # hash of the live part of the resolved config plus the code diff (repeat detection)
     version: int = TRAJECTORY_VERSION
 
     def to_json(self) -> str:

@@ -32,9 +32,16 @@ class ResearchContext:
     current_hypothesis: str | None
     failed_questions: list[dict[str, Any]]
     files: dict[str, str]  # path -> content (selected within the context budget)
-    knobs: str  # current memory config as YAML
+    knobs: str  # the levers live in the best config, with current values, ranges and effects
     preset: str  # configs/memory/<preset>.yaml is where config overrides land
-    diagnosis: str = ""  # per-category deltas and flipped questions of the last evaluation
+    diagnosis: str = ""  # retrieval vs reader misses per category, with examples of the dominant kind
+    goal: str = ""  # the metric, how many questions are scored and what one question is worth
+    journal: str = ""  # recent experiments: changes, outcome, lesson
+    lessons: str = ""  # rolling summary of what the loop has learned
+    failure_kind: str = ""  # retrieval | reader | "" (which kind of miss dominates the best evaluation)
+    rule: str = ""  # the decision rule that fired last (why iterate / why pivot)
+    memory: Any = None  # the resolved MemoryConfig at the best commit (levers, menu schema)
+    seed: int = 0  # sampling seed of this step (recorded; replay goes through the reply cache)
 
 
 class Proposer(ABC):
