@@ -10,6 +10,9 @@ from harness.errors import ConfigError
 from memsys.config import compose, validate
 
 
+PROPOSERS = ("llm", "hybrid", "optuna", "random", "alternate")
+
+
 @dataclass
 class BudgetConfig:
     experiments: int = 8
@@ -60,7 +63,8 @@ class ConfirmConfig:
 
 @dataclass
 class ResearchConfig:
-    proposer: str = "llm"
+    proposer: str = "llm"  # llm | hybrid | optuna | random | alternate
+    seed: int = 0  # seeds the samplers and the researcher's sampling (recorded; replay uses the reply cache)
     repo: str | None = None
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
@@ -84,8 +88,8 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
     if optimizing and ev.eval.split != "dev":
         raise ConfigError(f"memsys run optimizes on the dev split only (got split={ev.eval.split}): the test split "
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
-    if rc.proposer not in ("llm", "optuna", "alternate"):
-        raise ConfigError(f"research.proposer must be llm | optuna | alternate, got {rc.proposer!r}")
+    if rc.proposer not in PROPOSERS:
+        raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
     return RunSetup(ev, rc, list(overrides))
 
 
