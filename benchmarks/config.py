@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from omegaconf import OmegaConf
 
-from benchmarks.splits import BenchmarkConfig, benchmark_config
+from benchmarks.splits import BenchmarkConfig, benchmark_config, check_complement
 from harness.config import validate
 from harness.errors import ConfigError
 from memsys import LLMConfig, MemoryConfig
@@ -21,6 +21,9 @@ READERS = ("llm", "none")
 class EvalConfig:
     split: str = "dev"
     sample: str | None = None
+    # the split's questions NOT in ``sample``, stratified down to its size: a disjoint slice of the
+    # same split on which a candidate selected on ``sample`` is checked (benchmarks.splits.select)
+    complement: bool = False
     system: str = "memsys"
     reader: str = "llm"
     workers: int = 2
@@ -52,8 +55,8 @@ class EvalSetup:
     def objective(self) -> str:
         if self.eval.objective != "auto":
             return self.eval.objective
-        if self.eval.reader == "none":
-            return "recall_at_10"
+        if self.eval.reader == "none":  # evidence inside the context the reader would get, cut at the scorer's budget
+            return "context_recall"
         return "all_honest" if self.benchmark.name == "locomo" else "f1"
 
 
@@ -71,9 +74,12 @@ def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") ->
         raise ConfigError(f"reader must be one of {READERS}, got {ev.reader!r}")
     if ev.workers < 1:
         raise ConfigError("workers must be >= 1")
+    bench = benchmark_config(cfg.benchmark)
+    if ev.complement:
+        check_complement(bench, ev.sample)
     return EvalSetup(
         eval=ev,
-        benchmark=benchmark_config(cfg.benchmark),
+        benchmark=bench,
         memory=validate(MemoryConfig, cfg.memory, where="memory config"),
         llm=validate(LLMConfig, cfg.llm, where="llm config"),
         raw=raw,

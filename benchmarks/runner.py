@@ -87,7 +87,7 @@ def aggregate(bench_name: str, rows: list[dict[str, Any]], with_reader: bool) ->
 def selection(setup: EvalSetup) -> Benchmark:
     """The benchmark restricted to the requested split and sample (gold included: trusted side only)."""
     ev = setup.eval
-    return select(load_benchmark(setup.benchmark.name), ev.split, ev.sample, setup.benchmark)
+    return select(load_benchmark(setup.benchmark.name), ev.split, ev.sample, setup.benchmark, complement=ev.complement)
 
 
 def prepare_run(setup: EvalSetup, bench: Benchmark, runs_root: Path | None = None) -> tuple[str, Path]:

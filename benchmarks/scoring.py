@@ -98,6 +98,7 @@ def score_row(bench: Benchmark, q: Question, a: Answer, costs: TurnCosts, *, wit
         "unknown_ids": dropped_r + dropped_c, "levels": list(a.levels), "latency_s": a.latency_s,
         "retrieval_ms": a.retrieval_ms, "prompt_tokens": a.prompt_tokens,
         "completion_tokens": a.completion_tokens, "cost_usd": a.cost_usd, "cached": a.cached,
+        "input_sha256": a.input_sha256,
     }
     if with_reader:
         row["scores"] = score_question(bench.name, a.answer, q)

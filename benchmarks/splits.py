@@ -9,6 +9,10 @@ Sampling is by question: within each category, questions are ranked by
 sha256("<seed>:<question id>") and the first ones are taken. A question's rank thus
 depends only on its own id and the seed, so samples are stable across machines and
 Python versions, and a smaller sample is (almost always) inside a larger one.
+
+The complement of a named sample (``complement=True``) is the split's other
+questions, stratified the same way down to the sample's size: a second, disjoint
+slice on which a change selected on the sample is checked before it is accepted.
 """
 
 from __future__ import annotations
@@ -116,12 +120,18 @@ def select(
     split: str,
     sample: str | None = None,
     config: BenchmarkConfig | None = None,
+    *,
+    complement: bool = False,
 ) -> Benchmark:
     """The benchmark restricted to a split's conversations and, optionally, a named sample.
 
     Conversations keep all their sessions and turns (the memory must still ingest the
     whole dialogue); only questions are sampled. With a sample, conversations left
     without questions are dropped (nothing to ask, no need to ingest them).
+
+    ``complement``: the split's questions *not* in the sample, stratified (same seed)
+    down to the sample's size (fewer if the rest of the split is smaller); its ``sample``
+    is named ``<sample>-complement``.
     """
     if split not in SPLITS:
         raise ConfigError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
@@ -131,21 +141,33 @@ def select(
     check_split(cfg, benchmark)
     wanted = {"dev": set(cfg.dev), "test": set(cfg.test), "all": set(cfg.dev) | set(cfg.test)}[split]
     conversations = [c for c in benchmark.conversations if c.id in wanted]
-    size = _sample_size(cfg, sample)
+    size = check_complement(cfg, sample) if complement else _sample_size(cfg, sample)
     if size:
         pool = [q for c in conversations for q in c.questions]
         keep = {q.id for q in stratified_sample(pool, size, cfg.seed)}
+        if complement:
+            keep = {q.id for q in stratified_sample([q for q in pool if q.id not in keep], size, cfg.seed)}
         conversations = [
             dataclasses.replace(c, questions=tuple(q for q in c.questions if q.id in keep)) for c in conversations
         ]
         conversations = [c for c in conversations if c.questions]
+    name = sample if sample and sample != FULL else None
     return dataclasses.replace(
         benchmark,
         conversations=tuple(conversations),
         split=split,
-        sample=sample if sample and sample != FULL else None,
+        sample=f"{name}-complement" if complement else name,
         split_version=cfg.split_version,
     )
+
+
+def check_complement(cfg: BenchmarkConfig, sample: str | None) -> int:
+    """The sample's size, or ConfigError when the sample is the whole split (its complement is empty)."""
+    size = _sample_size(cfg, sample)
+    if not size:
+        raise ConfigError(f"complement=true needs a named sample smaller than the split: sample {sample or FULL!r} "
+                          f"of {cfg.name} is the whole split and leaves no disjoint dev slice")
+    return size
 
 
 def _sample_size(cfg: BenchmarkConfig, sample: str | None) -> int:

@@ -189,6 +189,10 @@ class Answer:
     cost_usd: float = 0.0
     cached: bool = False
     error: str | None = None
+    # sha256 of everything the reader would be sent (messages, output format, token cap), computed
+    # with or without a reader: two trees that give identical inputs on every question are the same
+    # system to the scorer (the no-op screen)
+    input_sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -253,6 +257,10 @@ def _check_answer(obj: Any, where: str, lim: AnswerLimits) -> Answer:
     if err is not None and (not isinstance(err, str) or len(err) > lim.max_error_chars):
         raise PredictionFormatError(f"{where} ({qid}): error must be null or a short string")
     fields["error"] = err
+    digest = obj.get("input_sha256", "")
+    if not isinstance(digest, str) or len(digest) > 64:
+        raise PredictionFormatError(f"{where} ({qid}): input_sha256 must be a hex digest string")
+    fields["input_sha256"] = digest
     return Answer(**fields)
 
 

@@ -18,6 +18,28 @@ from harness.config import validate
 from memsys.errors import ConfigError  # noqa: F401 (re-exported)
 
 
+def lever(default: Any, effect: str, *, low: float | None = None, high: float | None = None,
+          choices: Sequence[str] | None = None, step: float | None = None) -> Any:
+    """A field the research loop may tune: its default, a one-line effect, and the values that make
+    sense (a range, or choices). Kept as dataclass metadata, which OmegaConf ignores; research/levers.py
+    builds its lever catalogue from it, so the schema is the one place a lever is declared."""
+    if choices is not None:
+        kind = "choice"
+        if default not in choices:
+            raise ValueError(f"lever default {default!r} is not one of {list(choices)}")
+    elif isinstance(default, bool):
+        kind = "bool"
+    elif isinstance(default, (int, float)):
+        kind = "int" if isinstance(default, int) else "float"
+        if low is None or high is None or not low <= default <= high:
+            raise ValueError(f"lever default {default!r} needs a range low <= default <= high, got [{low}, {high}]")
+    else:
+        raise TypeError(f"a lever is a bool, int, float or choice field, got {type(default).__name__}")
+    meta = {"kind": kind, "effect": effect, "low": low, "high": high,
+            "choices": tuple(choices) if choices is not None else None, "step": step}
+    return field(default=default, metadata={"lever": meta})
+
+
 @dataclass
 class EmbedderConfig:
     backend: str = "sentence_transformers"  # "sentence_transformers" | "hashing" (tests only)
@@ -33,7 +55,8 @@ class EmbedderConfig:
 class TextNoveltyConfig:
     enabled: bool = True
     window: int = 50  # compare against this many recent accepted summaries
-    reject_above: float = 0.8  # Jaccard overlap above this: redundant, not stored
+    reject_above: float = lever(0.8, "Drop a turn whose word overlap with a recent stored turn exceeds this (1.0 keeps all)",
+                                low=0.3, high=1.0, step=0.05)  # Jaccard overlap above this: redundant, not stored
     uncertain_above: float = 0.5  # between the two: stored, flagged "uncertain"
     min_words: int = 1
 
@@ -99,25 +122,30 @@ class IngestConfig:
 
 @dataclass
 class RetrievalConfig:
-    top_k: int = 20  # candidates handed to the pyramid
-    dense_k: int = 20
-    sparse_k: int = 20
-    merge: str = "set_union"  # set_union | rrf | linear | dense_only | bm25_only
+    top_k: int = lever(20, "Candidates kept: cuts the dense list (set_union, dense_only) or the fused/BM25 list",
+                       low=2, high=60)
+    dense_k: int = lever(20, "Dense (embedding) hits fetched per question", low=2, high=60)
+    sparse_k: int = lever(20, "BM25 keyword hits fetched; set_union appends those the dense list missed", low=2, high=60)
+    merge: str = lever("set_union", "How dense and BM25 hits combine (set_union: dense list, then BM25-only hits)",
+                       choices=("set_union", "rrf", "linear", "dense_only", "bm25_only"))
     sparse_backend: str = "bm25s"  # bm25s | rank_bm25
-    sparse_fields: str = "summary_and_details"  # summary | summary_and_details
-    rrf_k: int = 60
-    linear_alpha: float = 0.5  # weight of the dense score in linear fusion
+    sparse_fields: str = lever("summary_and_details", "Text BM25 indexes: the summary, or summary plus original text",
+                               choices=("summary", "summary_and_details"))
+    rrf_k: int = lever(60, "RRF constant: lower trusts the top ranks of each list more", low=1, high=200)
+    linear_alpha: float = lever(0.5, "Weight of the dense score in linear fusion", low=0.0, high=1.0, step=0.1)
     include_archived: bool = False
 
 
 @dataclass
 class PyramidConfig:
-    enabled: bool = True
-    theta: float = 0.4  # level 2 (full text) for candidates with dense similarity > theta
-    budget_tokens: int = 6000  # B: total tokens of the context
-    level3: bool = True  # raw content from cold storage, by similarity per token
+    enabled: bool = lever(True, "Pyramid levels 2-3: full text, then raw content, for the most similar candidates")
+    theta: float = lever(0.4, "Similarity above which a candidate shows its full text instead of its cut summary",
+                         low=0.0, high=0.9, step=0.05)  # level 2 (full text) for candidates with dense similarity > theta
+    budget_tokens: int = lever(6000, "Token budget of the whole context; candidates beyond it are dropped",
+                               low=1000, high=8000)  # B: total tokens of the context
+    level3: bool = lever(True, "Add raw source content (original turns of compressed memories) while budget lasts")
     level3_media: bool = False  # spend budget on raw images/audio/video (only a multimodal reader sees them)
-    summary_max_tokens: int = 64  # level-1 summaries are cut to this
+    summary_max_tokens: int = lever(64, "Each memory's summary is cut to this many tokens (level 1)", low=16, high=256)
     modality_tokens: dict[str, int] = field(
         default_factory=lambda: {"image": 765, "audio": 200, "video": 1500}
     )
@@ -125,14 +153,15 @@ class PyramidConfig:
 
 @dataclass
 class GraphConfig:
-    enabled: bool = False
+    enabled: bool = lever(False, "Knowledge graph: add memories linked to entities named in the question, and facts")
     extractor: str = "rules"  # rules (offline, no LLM) | llm
-    hops: int = 2
-    beta: float = 0.5  # score decay per hop: r(v) = beta^d * conf
-    max_seeds: int = 5
-    min_score: float = 0.2
-    max_maus: int = 10  # MAUs added to R(q) from the graph
-    max_facts: int = 20  # graph facts rendered into the reader context
+    hops: int = lever(2, "Graph hops from the entities named in the question", low=0, high=4)
+    beta: float = lever(0.5, "Graph score decay per hop (lower stays near the question's entities)",
+                        low=0.1, high=1.0, step=0.1)  # r(v) = beta^d * conf
+    max_seeds: int = lever(5, "Entities matched in the question that start the graph search", low=1, high=10)
+    min_score: float = lever(0.2, "Graph score below which a reached entity is ignored", low=0.0, high=0.9, step=0.05)
+    max_maus: int = lever(10, "Memories the graph may add to the candidates", low=0, high=40)  # MAUs added to R(q)
+    max_facts: int = lever(20, "Graph fact lines shown to the reader", low=0, high=60)
     resolve_threshold: float = 0.85  # entity-resolution merge threshold
     resolve_cosine_weight: float = 0.5  # weight of name-embedding cosine vs Jaro-Winkler
     seed_fuzzy_threshold: float = 0.92  # Jaro-Winkler of a query n-gram to an alias to seed it
@@ -140,13 +169,15 @@ class GraphConfig:
 
 @dataclass
 class AnswerConfig:
-    prompt: str = "default"  # template folder under memsys/answer/prompts
-    response_format: bool = True  # ask for JSON (schema) output
-    context_text: str = "full_text"  # summary | full_text | both
-    constraints_position: str = "before"  # before | after the question
-    include_graph_facts: bool = True
-    include_metadata: bool = True  # timestamps and speakers in the context
-    max_tokens: int = 128
+    prompt: str = lever("default", "Reader prompt template (a folder under memsys/answer/prompts)",
+                        choices=("default", "memgallery"))
+    response_format: bool = lever(True, "Reader answers as JSON {answer}: short answers, the biggest F1 lever")
+    context_text: str = lever("full_text", "What a level-2 memory shows: its summary, its full text, or both",
+                              choices=("summary", "full_text", "both"))
+    constraints_position: str = lever("before", "Answer rules before or after the question", choices=("before", "after"))
+    include_graph_facts: bool = lever(True, "Show the graph's fact lines after the memories")
+    include_metadata: bool = lever(True, "Dates, times and speakers on each memory line")
+    max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
 
 
 @dataclass
@@ -164,7 +195,7 @@ class MemoryConfig:
 class LocalLLMConfig:
     model_size: str = "1.5b"  # 1.5b | 0.5b (Qwen2.5-Coder-Instruct Q4_K_M from PyPI parts)
     gguf_path: str | None = None  # a user-supplied GGUF overrides the packaged model
-    n_ctx: int = 4096
+    n_ctx: int = 8192  # the researcher prompt (research.loop.context_budget_tokens) plus its reply must fit
     n_threads: int = 2
     port: int = 0  # 0: pick a free port
     startup_timeout_s: float = 180.0

@@ -217,10 +217,11 @@ def answer_one(req: PredictRequest, memory_cfg: MemoryConfig, question: Any, mem
         rec.update(retrieved_ids=ranked, context_ids=list(context.source_ids),
                    context_tokens=int(context.total_tokens), levels=[int(i.level) for i in context.items],
                    retrieval_ms=float(sum(r.timings_ms.values())))
+    if context is None:
+        context = _text_context(question.question, baseline.text)
+    rec["input_sha256"] = reader_input_digest(question.question, context, memory_cfg)
     if req.reader == "llm":
         try:
-            if context is None:
-                context = _text_context(question.question, baseline.text)
             ans = answer_question(llm, question.question, context, memory_cfg.answer,
                                   question_image=_image(question.question_image_path, view_dir))
             rec.update(answer=ans.text, prompt_tokens=int(ans.prompt_tokens),
@@ -232,6 +233,17 @@ def answer_one(req: PredictRequest, memory_cfg: MemoryConfig, question: Any, mem
             rec["error"] = f"{exc.kind}: {exc}"[:1000]
     rec["latency_s"] = time.perf_counter() - t0
     return rec
+
+
+def reader_input_digest(question: str, context: Any, memory_cfg: MemoryConfig) -> str:
+    """What the reader would be sent for this question, hashed (text messages, output format, token
+    cap). A change whose digests all equal its parent's cannot change a reader's answers."""
+    from memsys.answer.generate import build_messages
+
+    cfg = memory_cfg.answer
+    payload = {"messages": build_messages(question, context, cfg), "json": bool(cfg.response_format),
+               "max_tokens": int(cfg.max_tokens)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def load_memory_config(req: PredictRequest) -> MemoryConfig:

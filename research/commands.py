@@ -7,10 +7,11 @@ import sys
 from datetime import datetime
 from typing import Any
 
-# small enough for the embedded 1.5B model's 4k context and for < 15 min on 2 cores
-QUICKSTART = ["sample=tiny", "memory=naive", "research.proposer=llm", "research.budget.experiments=3",
-              "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900",
-              "research.loop.failed_questions_shown=3", "workers=2"]
+# < 15 min on 2 cores: the embedded 1.5B researcher (menu of live levers, TPE for the values) optimizes
+# the reader-free objective (evidence recall inside the reader's context, at the scorer's token budget)
+# on half of dev; a gain must pass the paired test and hold on the other half; then held-out test
+QUICKSTART = ["memory=naive", "reader=none", "sample=half", "research.proposer=hybrid",
+              "research.budget.experiments=6", "research.loop.context_budget_tokens=1500", "workers=2"]
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -69,44 +70,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _printer(console: Any):
-    def on_event(kind: str, data: dict[str, Any]) -> None:
-        if kind == "experiment":
-            r = data["record"]
-            val = "-" if r.objective_value is None else f"{r.objective_value:.4f}"
-            fail = f" [red]{r.failure.get('cls')}[/]" if r.failure else ""
-            best = data["best"]
-            console.print(f"{r.experiment_id} {r.proposer:8} {r.decision:9} {val:>8}  best {best if best is None else round(best, 4)}"
-                          f"  {(r.discovery_type or '')[:22]:22} {r.hypothesis[:60]}{fail}")
-        elif kind == "propose":
-            console.print(f"[dim]{data['experiment']}: asking the {data['proposer']} proposer ({data['mode']})...[/]")
-        elif kind == "sandbox":
-            weak = " [red](weak: allowed by research.sandbox.allow_weak)[/]" if data["weak"] else ""
-            console.print(f"[dim]sandbox {data['backend']}: {', '.join(data['guarantees'])}[/]{weak}")
-        elif kind == "confirm":
-            console.print(f"[dim]held-out confirmation: baseline and best on the {data['split']} split...[/]")
-        elif kind == "confirmed":
-            console.print(f"[bold]held-out[/] {data['line']}")
-        elif kind == "heal":
-            console.print(f"[yellow]  heal {data['experiment']} #{data['attempt']}: {data['failure']} -> {data['action']}[/]")
-    return on_event
-
-
 def cmd_run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     from rich.console import Console
 
     from research.config import load_run_setup
     from research.loop import ResearchLoop
+    from research.terminal import EventPrinter
 
     console = Console()
+    printer = EventPrinter(console)
     if args.resume:
-        loop = ResearchLoop.from_run(args.resume, on_event=_printer(console))
+        loop = ResearchLoop.from_run(args.resume, on_event=printer)
     else:
         setup = load_run_setup([*(extra or []), *args.overrides])
         run_id = setup.eval.eval.run_id or f"run-{datetime.now():%Y%m%d-%H%M%S}"
-        loop = ResearchLoop(setup, run_id, on_event=_printer(console))
+        loop = ResearchLoop(setup, run_id, on_event=printer)
     console.print(f"[bold]optimization run {loop.run_id}[/] -> {loop.run_dir}")
-    state = loop.run()
+    try:
+        state = loop.run()
+    finally:
+        printer.close()
     print_summary(console, loop)
     console.print(f"stopped: {state.stop_reason}")
     return 0
@@ -135,25 +118,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def print_summary(console: Any, loop: Any) -> None:
-    from rich.table import Table
-
     from benchmarks.tracking import ui_command
+    from research.terminal import print_lines, summary_lines
 
-    t = Table(title=f"trajectory of {loop.run_id}  (objective {loop.setup.eval.objective})")
-    for c in ("exp", "proposer", "decision", "objective", "delta", "type", "hypothesis / failure"):
-        t.add_column(c, overflow="fold")
-    for r in loop.records:
-        val = "-" if r.objective_value is None else f"{r.objective_value:.4f}"
-        delta = "" if r.delta is None else f"{r.delta:+.4f}"
-        what = r.hypothesis[:70] + (f" ({r.failure.get('cls')}: {r.failure.get('message', '')[:50]})" if r.failure else "")
-        t.add_row(r.experiment_id, r.proposer, r.decision, val, delta, r.discovery_type or "", what)
-    console.print(t)
     st = loop.state
-    start = loop.records[0].objective_value if loop.records else None
-    console.print(f"best {st.best_value} (start {start}) at commit {st.best_commit[:10]}; "
-                  f"ref refs/autoresearch/{loop.run_id}/best; {len(loop.records)} experiments in {st.elapsed_s:.0f}s")
-    console.print(f"inspect: {loop.run_dir}/trajectory.jsonl | memsys report {loop.run_id} | "
-                  f"git log refs/autoresearch/{loop.run_id}/best | {ui_command()}")
+    print_lines(console, summary_lines(console, loop.records, run_id=loop.run_id, run_dir=loop.run_dir,
+                                       objective=loop.setup.eval.objective, best_value=st.best_value,
+                                       best_commit=st.best_commit, elapsed_s=st.elapsed_s, ui=ui_command()))
 
 
 def cmd_quickstart(args: argparse.Namespace) -> int:

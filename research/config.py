@@ -9,7 +9,6 @@ from benchmarks.config import EvalSetup, load_eval_setup
 from harness.errors import ConfigError
 from memsys.config import compose, validate
 
-
 PROPOSERS = ("llm", "hybrid", "optuna", "random", "alternate")
 
 
@@ -24,13 +23,17 @@ class BudgetConfig:
 @dataclass
 class LoopConfig:
     min_rel_improvement: float = 0.005
+    # a gain proceeds only when the paired per-question test against the best says p_better < alpha;
+    # a fall is a degradation only when p_worse < alpha (research.decide)
+    alpha: float = 0.05
     degradations_to_pivot: int = 2
     max_iterations_per_hypothesis: int = 3
     max_pivots: int = 5
-    baseline_repeats: int = 1
     ceiling_window: int = 4
     ceiling_band: float = 0.002
-    smoke_sample: str | None = "tiny"
+    smoke_sample: str | None = "tiny"  # the smaller sample a timed-out or OOM-killed evaluation is retried on
+    check: bool = True  # before the best ref moves, the gain must hold on a disjoint dev slice (complement of sample)
+    max_proposals_factor: int = 3  # proposals (rejected ones included) stop at this multiple of the experiment budget
     max_repairs: int = 3
     local_fallback: bool = True  # heal auth failures of a remote endpoint by switching to the embedded model
     # a proposal that repeats an evaluated change is sent back this many times, sampled at this
@@ -39,6 +42,10 @@ class LoopConfig:
     duplicate_temperature: float = 0.8
     failed_questions_shown: int = 5
     context_budget_tokens: int = 2500
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0:
+            raise ConfigError(f"research.loop.alpha must be in (0, 1), got {self.alpha}")
 
 
 @dataclass
@@ -62,6 +69,17 @@ class ConfirmConfig:
 
 
 @dataclass
+class ResearcherConfig:
+    """How the LLM researcher replies (research.proposers.llm)."""
+
+    mode: str = "auto"  # menu (schema-constrained lever choice) | code (SEARCH/REPLACE edits) | auto (by model)
+    temperature: float = 0.7  # > 0 so runs explore; each step's seed is recorded and replies are cached
+    max_tokens: int = 0  # reply cap; 0: 384 for the menu, 1024 for code
+    max_changes: int = 2  # lever changes per menu reply
+    hybrid_trials: int = 3  # TPE trials per LLM hypothesis under research.proposer=hybrid
+
+
+@dataclass
 class ResearchConfig:
     proposer: str = "llm"  # llm | hybrid | optuna | random | alternate
     seed: int = 0  # seeds the samplers and the researcher's sampling (recorded; replay uses the reply cache)
@@ -70,6 +88,7 @@ class ResearchConfig:
     loop: LoopConfig = field(default_factory=LoopConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
+    researcher: ResearcherConfig = field(default_factory=ResearcherConfig)
 
 
 @dataclass
@@ -102,4 +121,7 @@ def run_setup_from_dict(raw: dict, overrides: Sequence[str] = ()) -> RunSetup:
     top = {k: v for k, v in raw.items() if k in EvalConfig.__dataclass_fields__}
     ev = EvalSetup(validate(EvalConfig, top), benchmark_config(raw["benchmark"]),
                    validate(MemoryConfig, raw["memory"]), validate(LLMConfig, raw["llm"]), raw)
-    return RunSetup(ev, validate(ResearchConfig, raw["research"]), list(overrides))
+    research = dict(raw["research"])
+    if isinstance(research.get("loop"), dict):  # keys retired since the run started (e.g. baseline_repeats)
+        research["loop"] = {k: v for k, v in research["loop"].items() if k in LoopConfig.__dataclass_fields__}
+    return RunSetup(ev, validate(ResearchConfig, research), list(overrides))

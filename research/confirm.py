@@ -37,18 +37,21 @@ def confirm(loop: Any) -> dict[str, Any]:
     cc = loop.setup.research.confirm
     sample = cc.sample or loop.setup.eval.eval.sample or "full"
     results: dict[str, Any] = {}
+    rows: dict[str, list[dict[str, Any]]] = {}
     commits = {"baseline": st.base_commit, "best": st.best_commit}
     for label, commit in commits.items():
         if label == "best" and commit == st.base_commit:
             results["best"] = dict(results["baseline"], same_as="baseline")
+            rows["best"] = rows.get("baseline", [])
             continue
         exp_id = f"confirm-{label}"
         wt = loop.ws.create(exp_id, commit)
         try:
-            out = loop._run_eval(wt, exp_id, sample, label != "baseline", [], split=cc.split, heldout=True)
+            out = loop.run_eval(wt, exp_id, sample, code_changed=label != "baseline", split=cc.split, heldout=True)
         finally:
             loop.ws.remove(wt.path)
         results[label] = _summary(out) | {"commit": commit}
+        rows[label] = loop.rows(loop.eval_dir(out)) if out.ok else []
     dev_base = next((r.objective_value for r in loop.records if r.index == 0), None)
     record = {
         "split": cc.split, "sample": sample, "objective": loop.setup.eval.objective,
@@ -56,11 +59,27 @@ def confirm(loop: Any) -> dict[str, Any]:
         "dev": {"baseline": dev_base, "best": st.best_value},
         "test": {"baseline": results["baseline"].get("objective_value"), "best": results["best"].get("objective_value")},
         "runs": results,
+        "test_paired": _paired(loop, rows),
     }
     st.confirmation = record
     st.save(loop.run_dir)
     _log_mlflow(st, record)
     return record
+
+
+def _paired(loop: Any, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Best minus baseline on the held-out questions, per question (research.stats)."""
+    from harness.errors import ConfigError
+    from research.stats import paired_test, per_question
+
+    if not rows.get("baseline") or not rows.get("best"):
+        return {}
+    obj = loop.setup.eval.objective
+    try:
+        return paired_test(per_question(obj, rows["best"]), per_question(obj, rows["baseline"]),
+                           confidence=1 - loop.setup.research.loop.alpha, seed=loop.setup.research.seed).to_dict()
+    except (ConfigError, ValueError) as exc:
+        return {"error": str(exc)}
 
 
 def _log_mlflow(st: Any, record: dict[str, Any]) -> None:

@@ -1,16 +1,24 @@
 """The decision rule (DESIGN.md section 4). Pure functions over loop state.
 
-proceed: the objective improved by >= min_rel_improvement (relative) AND by more
-than the measured noise floor -> the best ref moves.
-iterate: anything else that is not a second consecutive degradation (refine the
-same hypothesis from the best commit), until the per-hypothesis cap.
-pivot: two consecutive degradations (or the iteration cap) -> back to the best
-commit and a new direction.
+A gain counts only when it is both large enough and more than the luck of which
+questions were drawn (``research.stats.paired_test`` against the best, per question):
+
+- proceed: relative gain >= ``min_rel_improvement`` AND supported (p_better < alpha)
+  -> the best ref moves. Without a per-question test (an objective that is not a mean
+  over questions) the relative bar alone decides, and the reason says so.
+- pivot: ``degradations_to_pivot`` consecutive degradations, or the per-hypothesis
+  iteration cap -> back to the best commit and a new direction.
+- iterate: anything else (refine the same hypothesis from the best commit).
+
+A degradation (one definition, ``is_degradation``, for ``decide`` and ``apply_decision``):
+the value fell AND the fall is significant (p_worse < alpha), or there is no test.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from research.stats import PairedTest
 
 
 @dataclass
@@ -24,38 +32,67 @@ class DecisionState:
 @dataclass(frozen=True)
 class Decision:
     kind: str  # proceed | iterate | pivot
-    delta: float
+    value: float  # the candidate's objective value (the new best on proceed)
+    delta: float  # value - best
     delta_rel: float
-    reason: str
+    degraded: bool  # is_degradation: counts towards a pivot
+    supported: bool  # the paired test says better (p_better < alpha); False without a test
+    reason: str  # names the rule that fired
 
 
 def relative_delta(new: float, best: float) -> float:
     return (new - best) / max(abs(best), 1e-9)
 
 
-def decide(state: DecisionState, new_value: float, *, min_rel_improvement: float = 0.005,
-           noise_floor: float = 0.0, max_iterations: int = 3, degradations_to_pivot: int = 2) -> Decision:
+def is_degradation(delta: float, test: PairedTest | None, alpha: float) -> bool:
+    """The one definition: a fall that the paired test calls significant (any fall without a test)."""
+    return delta < 0 and (test is None or test.p_worse < alpha)
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def decide(state: DecisionState, new_value: float, test: PairedTest | None, *, min_rel_improvement: float,
+           alpha: float = 0.05, max_iterations: int, degradations_to_pivot: int) -> Decision:
     delta = new_value - state.best_value
     rel = relative_delta(new_value, state.best_value)
-    if rel >= min_rel_improvement and delta > noise_floor:
-        return Decision("proceed", delta, rel, f"+{rel:.1%} >= {min_rel_improvement:.1%} and > noise {noise_floor:.4f}")
-    degraded = delta < -noise_floor and rel < 0
-    degs = state.consecutive_degradations + (1 if degraded else 0)
-    if degraded and degs >= degradations_to_pivot:
-        return Decision("pivot", delta, rel, f"{degs} consecutive degradations")
+    supported = test is not None and test.p_better < alpha
+    degraded = is_degradation(delta, test, alpha)
+
+    def decision(kind: str, reason: str) -> Decision:
+        return Decision(kind, new_value, delta, rel, degraded, supported, f"{kind}: {reason}")
+
+    big_enough = rel >= min_rel_improvement
+    if big_enough and test is None:
+        return decision("proceed", f"{rel:+.1%} >= {min_rel_improvement:.1%} (relative bar only: "
+                                   "the objective has no per-question form)")
+    if big_enough and test is not None and supported:
+        return decision("proceed", f"{rel:+.1%} >= {min_rel_improvement:.1%} and p={_p(test.p_better)} < {alpha:g}")
+    degradations = state.consecutive_degradations + (1 if degraded else 0)
+    if degraded and degradations >= degradations_to_pivot:
+        kind_of = "significant degradations" if test is not None else "degradations (no per-question test)"
+        return decision("pivot", f"{degradations} consecutive {kind_of}")
     if state.iterations_on_hypothesis + 1 >= max_iterations:
-        return Decision("pivot", delta, rel, f"{max_iterations} attempts on this hypothesis without progress")
-    why = "degraded" if degraded else "ambiguous (within threshold/noise)"
-    return Decision("iterate", delta, rel, f"{why}: {rel:+.1%}")
+        return decision("pivot", f"{max_iterations} attempts on this hypothesis without progress ({rel:+.1%})")
+    if test is None:  # without a test every fall is a degradation and every gain >= the bar proceeded
+        return decision("iterate", f"degraded {rel:+.1%} (no per-question test)" if degraded
+                        else f"{rel:+.1%} < {min_rel_improvement:.1%}")
+    if big_enough:
+        return decision("iterate", f"{rel:+.1%} not supported (p={_p(test.p_better)} >= {alpha:g})")
+    if degraded:
+        return decision("iterate", f"degraded {rel:+.1%} (p_worse={_p(test.p_worse)} < {alpha:g})")
+    if delta < 0:
+        return decision("iterate", f"{rel:+.1%} not a significant degradation (p_worse={_p(test.p_worse)} >= {alpha:g})")
+    return decision("iterate", f"{rel:+.1%} < {min_rel_improvement:.1%} (p={_p(test.p_better)})")
 
 
-def apply_decision(state: DecisionState, d: Decision, new_value: float) -> DecisionState:
+def apply_decision(state: DecisionState, d: Decision) -> DecisionState:
     if d.kind == "proceed":
-        return DecisionState(new_value, 0, 0, state.pivots)
+        return DecisionState(d.value, 0, 0, state.pivots)
     if d.kind == "pivot":
         return DecisionState(state.best_value, 0, 0, state.pivots + 1)
-    degraded = d.delta < 0
-    return DecisionState(state.best_value, state.consecutive_degradations + 1 if degraded else 0,
+    return DecisionState(state.best_value, state.consecutive_degradations + 1 if d.degraded else 0,
                          state.iterations_on_hypothesis + 1, state.pivots)
 
 

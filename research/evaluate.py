@@ -358,32 +358,41 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
 
 
 class answer_progress:
-    """A progress bar fed by the growth of the sandbox's answers file (the only channel we read)."""
+    """Progress fed by the growth of the sandbox's answers file (the only channel we read): a tqdm
+    bar, or ``on_update(done, total)`` calls (the loop turns them into stage progress events)."""
 
-    def __init__(self, path: Path, total: int):
-        self.path, self.total = path, total
+    def __init__(self, path: Path, total: int, on_update: Any = None):
+        self.path, self.total, self.on_update = path, total, on_update
         self._stop = None
+        self._bar = None
+
+    def _update(self, seen: int, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n - seen)
+        else:
+            self.on_update(n, self.total)
 
     def __enter__(self) -> "answer_progress":
         import threading
 
-        from tqdm import tqdm
-
         total = self.total
-        self._bar = tqdm(total=total, unit="q", desc="eval")
+        if self.on_update is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="q", desc="eval")
         self._stop = threading.Event()
+        self._seen = 0
 
         def poll() -> None:
-            seen = 0
             while not self._stop.wait(0.5):
                 try:
                     with open(self.path, "rb") as fh:
-                        n = fh.read().count(b"\n")
+                        n = min(fh.read().count(b"\n"), total)
                 except OSError:
                     continue
-                if n > seen:
-                    self._bar.update(min(n, total) - seen)
-                    seen = min(n, total)
+                if n > self._seen:
+                    self._update(self._seen, n)
+                    self._seen = n
 
         self._thread = threading.Thread(target=poll, daemon=True)
         self._thread.start()
@@ -392,9 +401,10 @@ class answer_progress:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
-        if exc[0] is None:
-            self._bar.update(self._bar.total - self._bar.n)
-        self._bar.close()
+        if exc[0] is None and self._seen < self.total:
+            self._update(self._seen, self.total)
+        if self._bar is not None:
+            self._bar.close()
 
 
 def run_in_process(setup: EvalSetup, overrides: Sequence[str] = (), *, llm: Any = None,

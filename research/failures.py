@@ -50,6 +50,7 @@ class FailureClass(StrEnum):
     INVALID_METRIC = "invalid_metric"
     FORBIDDEN_EDIT = "forbidden_edit"
     IDENTICAL_CONDITIONS = "identical_conditions"
+    NO_EFFECT = "no_effect"
     INFRASTRUCTURE = "infrastructure"
     UNKNOWN = "unknown"
 
@@ -91,12 +92,19 @@ POLICIES: dict[FailureClass, FailurePolicy] = {
     FailureClass.IDENTICAL_CONDITIONS: FailurePolicy(
         "low", False, "The proposal repeats a change already evaluated from the same commit: re-ask for a "
         "different one (at a higher temperature); if it repeats again, skip it without evaluating."),
+    FailureClass.NO_EFFECT: FailurePolicy(
+        "low", False, "The reader-free screen found the change leaves every scored input unchanged: it was "
+        "rejected without evaluating; propose a change that reaches the retrieved context or the answer."),
     FailureClass.INFRASTRUCTURE: FailurePolicy(
         "fatal", True, "Our side (sandbox, disk, dataset, budget): do not charge the experiment; fix the "
         "environment, then resume."),
     FailureClass.UNKNOWN: FailurePolicy(
         "medium", False, "Send the stderr tail and the diff to the researcher once; stop if it repeats."),
 }
+
+#: rejected before any evaluation: the proposal was screened out, nothing broke (reports name them, the
+#: failure tables leave them out)
+PRE_EVALUATION_REJECTIONS = frozenset({FailureClass.IDENTICAL_CONDITIONS, FailureClass.NO_EFFECT})
 
 #: `kind` of memsys.errors classes -> failure class (a test checks every kind is mapped)
 KIND_TO_CLASS: dict[str, FailureClass] = {
@@ -217,8 +225,10 @@ def _failure(cls: FailureClass, message: str, *, code_changed: bool, file: str |
         line=line,
         suggested_fix=fix or policy.suggested_fix,
     )
-    if not code_changed and not failure.is_infrastructure and cls is not FailureClass.FORBIDDEN_EDIT:
-        # the unchanged code fails too: nothing for the researcher to repair
+    if (not code_changed and not failure.is_infrastructure and cls is not FailureClass.FORBIDDEN_EDIT
+            and cls not in PRE_EVALUATION_REJECTIONS):
+        # the unchanged code fails too: nothing for the researcher to repair (a screened-out proposal
+        # never ran, so it says nothing about the base code)
         failure = replace(failure, is_infrastructure=True, severity="high",
                           suggested_fix="The unchanged code fails as well: fix the base code or the "
                           "environment before running experiments.")

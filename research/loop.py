@@ -1,12 +1,16 @@
-"""The autonomous research loop: propose -> edit on a branch -> evaluate in the sandbox -> decide.
+"""The autonomous research loop: propose -> screen -> edit on a branch -> evaluate in the sandbox -> decide.
 
-Every step is journaled (trajectory.jsonl) and the loop state saved atomically, so
-``memsys run --resume <run-id>`` continues exactly where a killed run stopped.
+One experiment's stages live in research.experiment (and research.measure); this module owns the
+run: its state, proposers, evaluations, the journal and resume. The journal (trajectory.jsonl) is
+the single source of truth and is written first: the state is a fold over it (research.state),
+the best ref and the shared Optuna study follow it, so ``memsys run --resume <run-id>`` after a
+kill at any moment rebuilds the same run and continues where it stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import shutil
@@ -24,29 +28,20 @@ from harness.surface import MUTABLE_SURFACE
 from research import decide as D
 from research.caches import HELDOUT_DIR, SharedCache
 from research.config import RunSetup, run_setup_from_dict
-from research.context import build_context
 from research.edits import apply_config_overrides, apply_edits
-from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
+from research.errors import EditApplyError, ForbiddenEditError, RunStateError
 from research.evaluate import EvalJob, EvalOutcome, evaluate, open_gateway, reader_config_for_sandbox, short_socket_dir
-from research.failures import FailureClass, classify_exception, one_line
+from research.experiment import Experiment
+from research.failures import FailureClass, _failure, one_line
 from research.guarantees import check_sandbox
-from research.healing import edits_without_import, plan_heal
 from research.presets import check_presets
 from research.proposers.base import Proposal, Proposer, ResearchContext
-from research.repeats import describe_outcome, describe_tried, repeated_experiment
 from research.state import LoopState
-from research.tracking import finish_parent_run, log_experiment, numeric, start_parent_run
-from research.trajectory import ExperimentRecord, append_record, read_trajectory, repair_trajectory
+from research.tracking import finish_parent_run, log_experiment, start_parent_run
+from research.trajectory import ExperimentRecord, TrajectoryError, append_record, read_trajectory, repair_trajectory
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
-
-
-def _forbidden(exc: Exception) -> dict[str, Any]:
-    from research.failures import _failure
-
-    return _failure(FailureClass.FORBIDDEN_EDIT, str(exc), code_changed=True).to_dict() | {"stage": "commit"}
-
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
@@ -69,16 +64,19 @@ class ResearchLoop:
         self.records: list[ExperimentRecord] = []
         self.state: LoopState | None = None
         self.llm = None
-        self.llm_overrides: list[str] = []
         self.workers_override: int | None = None
         self._stack: ExitStack | None = None
         self._proposers: dict[str, Proposer] = {}
+        self.study = None
         self.gateway = None
         self.budget = None
         self.shared_cache = SharedCache(cache_dir())
         self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
+        self._configs: dict[str, Any] = {}
 
-    # ------------------------------------------------------------------ setup
+    now = staticmethod(_now)
+
+    # ------------------------------------------------------------------ setup and resume
     @classmethod
     def from_run(cls, run_id: str, **kw: Any) -> "ResearchLoop":
         run_dir = runs_dir() / run_id
@@ -92,22 +90,23 @@ class ResearchLoop:
     def load_state(self) -> LoopState:
         """The saved state and trajectory of this run (for commands that act on a finished run)."""
         self.state = LoopState.load(self.run_dir)
-        self.records, _ = read_trajectory(self.run_dir)
+        self.records = self._read_journal()
         return self.state
+
+    def _read_journal(self) -> list[ExperimentRecord]:
+        """The journal's records; a run killed before its first record has none (not an error)."""
+        try:
+            for w in repair_trajectory(self.run_dir):
+                log.warning(w)
+            return read_trajectory(self.run_dir)[0]
+        except TrajectoryError as exc:
+            if "no trajectory at" in str(exc):
+                return []
+            raise
 
     def _init_state(self) -> None:
         if self.resume:
-            self.state = LoopState.load(self.run_dir)
-            for w in repair_trajectory(self.run_dir):
-                log.warning(w)
-            self.records, _ = read_trajectory(self.run_dir)
-            if len(self.records) > self.state.next_index:  # killed between journal and state write
-                self._reconcile_from_records()
-            n = self.ws.cleanup()
-            if n:
-                log.info("removed %d worktree(s) left by the killed run", n)
-            self.state.status = "running"
-            return
+            return self._resume()
         if self.run_dir.exists() and (self.run_dir / "state.json").exists():
             raise RunStateError(f"run '{self.run_id}' exists; resume it with: memsys run --resume {self.run_id}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -122,13 +121,21 @@ class ResearchLoop:
         self.state = LoopState(self.run_id, str(self.ws.root), base, base)
         self.state.save(self.run_dir)
 
-    def _reconcile_from_records(self) -> None:
-        st = self.state
-        st.next_index = len(self.records)
-        for r in self.records:
-            if r.decision in ("baseline", "proceed") and r.objective_value is not None and r.commit:
-                st.best_value, st.best_commit, st.best_metrics = r.objective_value, r.commit, r.metrics
-        self.ws.move_best(st.best_commit)
+    def _resume(self) -> None:
+        """Rebuild the state by folding the journal; prune what a kill left behind."""
+        st = self.state = LoopState.load(self.run_dir)
+        self.records = self._read_journal()
+        st.reset_folded()
+        for rec in self.records:
+            st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
+                     eval_dir=self.absolute(rec.eval_dir))
+        self.ws.init_refs(st.base_commit)
+        self.ws.move_best(st.best_commit)  # a kill between record and ref move leaves it behind
+        pruned = self.ws.prune(keep_branches=[r.experiment_id for r in self.records])
+        if getattr(pruned, "worktrees", None) or getattr(pruned, "branches", None):
+            log.info("pruned what the killed run left: %s", pruned)
+        st.status, st.stop_reason = "running", None
+        st.save(self.run_dir)
 
     # ------------------------------------------------------------------ run
     def run(self) -> LoopState:
@@ -140,32 +147,39 @@ class ResearchLoop:
         started = time.monotonic() - st.elapsed_s
         with ExitStack() as stack:
             self._stack = stack
+            if st.local_switched and self.setup.eval.llm.backend != "local":
+                self._use_local_config()  # the 403 heal of the killed run holds after resume
             self._open_llm(stack)
             self._mlflow_parent()
-            proposer = self._make_proposer()
+            proposers = self._make_proposers()
             try:
-                while True:
-                    st.elapsed_s = time.monotonic() - started
-                    reason = self._stop_reason()
-                    if reason:
-                        st.status, st.stop_reason = "finished", reason
-                        self._confirm()
-                        break
-                    if st.next_index == 0:
-                        self._baseline()
-                    else:
-                        self._experiment(self._proposer_for(proposer, st.next_index))
-                    st.elapsed_s = time.monotonic() - started
-                    st.save(self.run_dir)
+                self._steps(proposers, started)
             except KeyboardInterrupt:
                 st.status, st.stop_reason = "stopped", "interrupted (resume with memsys run --resume)"
                 raise
             finally:
                 st.elapsed_s = time.monotonic() - started
                 st.save(self.run_dir)
-                self.ws.cleanup()
+                self.ws.prune(keep_branches=[r.experiment_id for r in self.records])
                 self._mlflow_finish()
         return st
+
+    def _steps(self, proposers: dict[str, Proposer], started: float) -> None:
+        st = self.state
+        while True:
+            st.elapsed_s = time.monotonic() - started
+            reason = self._stop_reason()
+            if reason:
+                st.status, st.stop_reason = "finished", reason
+                self._confirm()
+                return
+            if st.next_index == 0:
+                self._baseline()
+            else:
+                self.workers_override = None  # a rate-limit backoff lasts one experiment
+                Experiment(self, self._proposer_for(proposers, st.next_index)).run()
+            st.elapsed_s = time.monotonic() - started
+            st.save(self.run_dir)
 
     def _confirm(self) -> None:
         """Held-out confirmation of baseline and best, once per best commit (see research.confirm)."""
@@ -183,22 +197,27 @@ class ResearchLoop:
         self.on_event("confirmed", {"record": record, "line": describe(record)})
 
     def _stop_reason(self) -> str | None:
-        st, b = self.state, self.setup.research.budget
-        done = sum(1 for r in self.records if r.index > 0)
+        st, b, lc = self.state, self.setup.research.budget, self.setup.research.loop
         if st.next_index > 0 and st.best_value is None:
             return "the baseline evaluation failed; fix it before optimizing"
-        if done >= b.experiments:
-            return f"experiment budget spent ({done}/{b.experiments})"
+        if st.evaluated >= b.experiments:
+            return f"experiment budget spent ({st.evaluated}/{b.experiments} evaluated)"
+        if st.proposals >= lc.max_proposals_factor * b.experiments:
+            return f"proposal cap reached ({st.proposals} proposals, {st.evaluated} evaluated)"
         if st.elapsed_s >= b.wall_time_s:
             return f"wall-time budget spent ({st.elapsed_s:.0f}s)"
         if st.tokens >= b.tokens:
             return f"token budget spent ({st.tokens})"
         if st.cost_usd >= b.usd:
             return f"USD budget spent ({st.cost_usd:.2f})"
-        if st.pivots > self.setup.research.loop.max_pivots:
+        last = self.records[-1] if self.records else None
+        if last is not None and (last.failure or {}).get("cls") == "auth" and last.decision == "failed":
+            return (f"the endpoint refused the key ({last.failure.get('message', '')[:120]}); "
+                    "fix the key or allow research.loop.local_fallback")
+        if st.pivots > lc.max_pivots:
             return f"pivot cap reached ({st.pivots})"
-        lc = self.setup.research.loop
-        vals = [r.objective_value for r in self.records if r.index > 0 and r.objective_value is not None]
+        vals = [r.objective_value for r in self.records
+                if r.index > 0 and r.objective_value is not None and r.decision in ("proceed", "iterate", "pivot")]
         recent_proceeds = any(r.decision == "proceed" for r in self.records[-lc.ceiling_window:])
         if not recent_proceeds and D.ceiling_reached(vals, lc.ceiling_window, lc.ceiling_band):
             return f"ceiling: last {lc.ceiling_window} evaluations within {lc.ceiling_band:.1%}"
@@ -206,7 +225,7 @@ class ResearchLoop:
 
     # ------------------------------------------------------------------ LLM, proposers
     def _needs_llm(self) -> bool:
-        return self.setup.eval.eval.reader == "llm" or self.setup.research.proposer in ("llm", "alternate")
+        return self.setup.eval.eval.reader == "llm" or self.setup.research.proposer in ("llm", "alternate", "hybrid")
 
     def _open_llm(self, stack: ExitStack) -> None:
         if not self._needs_llm():
@@ -228,13 +247,16 @@ class ResearchLoop:
             stack.callback(shutil.rmtree, sock, True)
             self.gateway = stack.enter_context(open_gateway(cfg, self.llm, sock, self.budget))
 
-    def _switch_to_local(self) -> str:
-        """The paper's 403 case: continue on the embedded local model (reader and researcher)."""
+    def _use_local_config(self) -> Any:
         from memsys.config import LLMConfig, compose, validate
 
-        local = validate(LLMConfig, compose("run", ["llm=local"]).llm, where="llm=local")
         old = self.setup.eval.llm
-        self.setup.eval.llm = local
+        self.setup.eval.llm = validate(LLMConfig, compose("run", ["llm=local"]).llm, where="llm=local")
+        return old
+
+    def switch_to_local(self) -> str:
+        """The paper's 403 case: continue on the embedded local model (reader and researcher)."""
+        old = self._use_local_config()
         try:
             self._open_llm(self._stack)
         except MemsysError as exc:
@@ -243,39 +265,109 @@ class ResearchLoop:
         for p in self._proposers.values():
             if hasattr(p, "llm"):
                 p.llm = self.llm
-        return f"switched reader and researcher from {old.model} to the embedded {local.model}"
+        return f"switched reader and researcher from {old.model} to the embedded {self.setup.eval.llm.model}"
 
-    def _make_proposer(self) -> dict[str, Proposer]:
-        out: dict[str, Proposer] = {}
-        kind = self.setup.research.proposer
-        if kind in ("llm", "alternate"):
-            from research.proposers.llm import LLMProposer
+    def _make_proposers(self) -> dict[str, Proposer]:
+        from research.proposers.factory import check_context_fits, make_proposers
 
-            out["llm"] = LLMProposer(self.llm)
-        if kind in ("optuna", "alternate"):
-            from research.proposers.optuna_proposer import OptunaProposer
-
-            out["optuna"] = OptunaProposer(self.run_dir / "optuna.db", self.run_id)
-        self._proposers = out
-        return out
+        self.study = self._rebuild_study()
+        check_context_fits(self.setup)
+        self._proposers = make_proposers(self.setup, self.llm, self.study)
+        return self._proposers
 
     def _proposer_for(self, proposers: dict[str, Proposer], index: int) -> Proposer:
         if len(proposers) == 1:
             return next(iter(proposers.values()))
         return proposers["llm" if index % 2 == 1 else "optuna"]
 
+    def propose(self, proposer: Proposer, ctx: ResearchContext, rec: ExperimentRecord) -> Proposal:
+        """One proposal; a remote researcher whose key is refused (the paper's 403) is
+        switched to the embedded model once and asked again, as evaluations are."""
+        try:
+            return proposer.propose(ctx)
+        except LLMAuthError as exc:
+            remote = self.setup.eval.llm.backend != "local"
+            if not (remote and self.setup.research.loop.local_fallback and hasattr(proposer, "llm")):
+                raise
+            entry = {"attempt": 0, "action": "switch_local_llm", "stage": "propose", "failure": "auth",
+                     "reason": one_line(str(exc))}
+            rec.healing.append(entry)
+            entry["result"] = self.switch_to_local()
+            if self.setup.eval.llm.backend != "local":  # the switch itself failed
+                raise
+            return proposer.propose(ctx)
+
+    # ------------------------------------------------------------------ configs, keys, the study
+    def config_at(self, commit: str) -> Any:
+        """The resolved memory config at ``commit`` under this checkout's schema (None when the
+        tree's preset no longer parses with it, e.g. after an edit that added a field)."""
+        if commit not in self._configs:
+            from omegaconf import OmegaConf
+
+            from harness.config import validate
+            from memsys.config import MemoryConfig
+
+            try:
+                node = OmegaConf.create(self.ws.file_at(commit, f"configs/memory/{self.preset}.yaml"))
+                node.pop("defaults", None)
+                self._configs[commit] = validate(MemoryConfig, OmegaConf.merge(OmegaConf.structured(MemoryConfig), node))
+            except Exception as exc:  # any failure means "not comparable", never a crash
+                log.debug("no resolvable config at %s: %s", commit[:10], exc)
+                self._configs[commit] = None
+        return self._configs[commit]
+
+    def code_tree(self, commit: str) -> str:
+        """The tree hash of memsys/ at ``commit``: code identity independent of commit history."""
+        return self.ws.tree_id(commit, "memsys")
+
+    def effective_key_at(self, commit: str) -> str:
+        from research.experiment import effective_key
+        from research.levers import effective_key as cfg_key
+
+        cfg = self.config_at(commit)
+        if cfg is not None:
+            return effective_key(self.code_tree(commit), cfg_key(cfg))
+        preset = self.ws.tree_id(commit, "configs/memory")
+        return effective_key(self.code_tree(commit), preset)
+
+    def evaluated_with_key(self, key: str) -> ExperimentRecord | None:
+        """An earlier record with this effective key that was measured (or is the baseline)."""
+        for r in self.records:
+            if r.effective_key == key and r.objective_value is not None and r.decision not in ("failed",):
+                return r
+        return None
+
+    def _rebuild_study(self) -> Any:
+        from research.study import SharedStudy
+
+        study = SharedStudy(seed=self.setup.research.seed)
+        for rec in self.records:
+            self._study_add(rec, study)
+        return study
+
+    def _study_add(self, rec: ExperimentRecord, study: Any = None) -> None:
+        study = study or self.study
+        if study is None or rec.objective_value is None or not rec.commit or rec.decision in ("failed", "rejected"):
+            return
+        cfg = self.config_at(rec.commit)
+        if cfg is not None:
+            study.add(cfg, rec.objective_value)
+
     # ------------------------------------------------------------------ evaluation
-    def _eval_setup(self, sample: str | None, eval_run_id: str, split: str | None = None) -> Any:
+    def _eval_setup(self, sample: str | None, eval_run_id: str, split: str | None = None, *,
+                    reader: str | None = None, complement: bool = False) -> Any:
         """The trusted setup of one evaluation: the run's benchmark, split and objective (composed
         from this checkout's configs, never from the worktree's), with this evaluation's sample."""
         from benchmarks.config import EvalSetup
 
         ev = self.setup.eval
-        cfg = dataclasses.replace(ev.eval, split=split or ev.eval.split,
-                                  sample=sample if sample is not None else (ev.eval.sample or "full"),
-                                  run_id=eval_run_id, mlflow=False, resume=False,
-                                  workers=self.workers_override or ev.eval.workers)
-        return EvalSetup(cfg, ev.benchmark, ev.memory, ev.llm, ev.raw)
+        changes: dict[str, Any] = dict(split=split or ev.eval.split,
+                                       sample=sample if sample is not None else (ev.eval.sample or "full"),
+                                       run_id=eval_run_id, mlflow=False, resume=False, complement=complement,
+                                       workers=self.workers_override or ev.eval.workers)
+        if reader is not None and reader != ev.eval.reader:
+            changes |= {"reader": reader, "objective": "auto"}  # the screen: reader-free context recall
+        return EvalSetup(dataclasses.replace(ev.eval, **changes), ev.benchmark, ev.memory, ev.llm, ev.raw)
 
     def _sandbox_obj(self) -> Any:
         if self._sandbox is None:
@@ -285,20 +377,41 @@ class ResearchLoop:
             log.info("sandbox backend: %s", getattr(self._sandbox, "name", "?"))
         return self._sandbox
 
-    def _run_eval(self, wt: Worktree, experiment_id: str, sample: str | None, code_changed: bool,
-                  edited: list[str], tag: str = "", *, split: str | None = None, heldout: bool = False) -> EvalOutcome:
+    def run_eval(self, wt: Worktree, rec: ExperimentRecord | str, sample: str | None, tag: str = "", *,
+                 reader: str | None = None, code_changed: bool = True, edited: Any = (), complement: bool = False,
+                 split: str | None = None, heldout: bool = False) -> EvalOutcome:
+        """One two-half evaluation of the tree at ``wt``. The folder is keyed by the commit and what is
+        asked, so a resumed experiment never picks up partial answers made by other code."""
         sc = self.setup.research.sandbox
-        folder = self.run_dir / "evals" / f"{experiment_id}{tag}"
-        job = EvalJob(self._eval_setup(sample, f"{self.run_id}-{experiment_id}{tag}", split), wt.path, self.preset,
-                      folder / "untrusted", runs_root=folder, wall_timeout_s=sc.wall_timeout_s,
+        exp_id = rec if isinstance(rec, str) else rec.experiment_id
+        head = self.ws.head_of(wt)
+        key = hashlib.sha256(json.dumps([head, reader, sample, complement, split, heldout]).encode()).hexdigest()[:10]
+        folder = self.run_dir / "evals" / f"{exp_id}{tag}-{key}"
+        use_reader = (reader or self.setup.eval.eval.reader) == "llm"
+        job = EvalJob(self._eval_setup(sample, f"{self.run_id}-{exp_id}{tag}", split, reader=reader, complement=complement),
+                      wt.path, self.preset, folder / "untrusted", runs_root=folder, wall_timeout_s=sc.wall_timeout_s,
                       memory_bytes=int(sc.memory_gb * (1 << 30)),
-                      reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway else {})
+                      reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway and use_reader else {})
         shared = self.heldout_cache if heldout else self.shared_cache  # test-split text never reaches dev sandboxes
-        out = evaluate(job, self._sandbox_obj(), gateway=self.gateway, shared=shared,
-                       parent_metrics=numeric(self.state.best_metrics) or None, code_changed=code_changed,
-                       edited_paths=edited)
-        self._last_outcome = out
+        from benchmarks.runner import selection
+        from harness.views import ANSWERS_FILE
+        from research.evaluate import answer_progress
+
+        bench = selection(job.setup)
+        total = sum(len(c.questions) for c in bench.conversations)
+        stage = "screen" if tag.startswith("-screen") else "check" if "check" in tag else "evaluate"
+
+        def progress(done: int, n: int) -> None:
+            self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})
+
+        with answer_progress(job.work_dir / "out" / ANSWERS_FILE, total, on_update=progress):
+            out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
+                           parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), bench=bench)
+        if isinstance(rec, ExperimentRecord):
+            self._note_eval(rec, out)
         return out
+
+    _run_eval = run_eval  # the name confirm and replay used
 
     def _note_eval(self, rec: ExperimentRecord, out: EvalOutcome) -> None:
         """Reader usage (the gateway's count) and the cache merge, onto the experiment's record."""
@@ -311,367 +424,160 @@ class ResearchLoop:
         if out.cache is not None:
             rec.cache = out.cache.as_dict()
 
-    # ------------------------------------------------------------------ steps
-    def _baseline(self) -> None:
-        st = self.state
-        exp_id = "exp-000"
-        rec = ExperimentRecord(self.run_id, 0, exp_id, "baseline", st.base_commit, started=_now(),
-                               hypothesis="baseline: the starting configuration", objective=self.setup.eval.objective)
-        t0 = time.perf_counter()
-        wt = self.ws.create(exp_id, st.base_commit)
-        rec.commit, rec.branch = st.base_commit, wt.branch
-        values = []
+    @staticmethod
+    def eval_dir(out: EvalOutcome) -> Path | None:
+        return Path(out.eval_result.run_dir) if out.eval_result is not None else None
+
+    @staticmethod
+    def rows(eval_dir: str | Path | None) -> list[dict[str, Any]]:
+        from research.diagnosis import read_rows
+
+        return read_rows(eval_dir)
+
+    def relative(self, path: str | Path | None) -> str:
+        if not path:
+            return ""
         try:
-            for rep in range(max(1, self.setup.research.loop.baseline_repeats)):
-                out = self._run_eval(wt, exp_id, None, False, [], tag="" if rep == 0 else f"-r{rep}")
-                self._note_eval(rec, out)
-                if not out.ok:
-                    rec.failure = out.failure.to_dict()
-                    break
-                values.append(out.objective_value)
-                if rep == 0:
-                    rec.metrics, rec.eval_run_id = out.result["metrics"], out.result["run_id"]
-                    rec.mlflow_run_id = out.result.get("mlflow_run_id")
+            return str(Path(path).relative_to(self.run_dir))
+        except ValueError:
+            return str(path)
+
+    def absolute(self, rel: str) -> str | None:
+        return str(self.run_dir / rel) if rel else None
+
+    # ------------------------------------------------------------------ the check on a disjoint dev slice
+    def check(self, exp: Experiment, d: D.Decision) -> D.Decision:
+        """Before the best ref moves: the gain must hold on dev questions the run was not scored on."""
+        from research.stats import paired_test, per_question
+
+        rec, lc = exp.rec, self.setup.research.loop
+        sample = self.setup.eval.eval.sample
+        if not lc.check:
+            return d
+        if sample in (None, "", "full"):
+            rec.check = {"skipped": "the run's sample is the whole dev split: no disjoint slice left"}
+            return d
+        self.stage(rec, "check", f"complement of {sample} on dev")
+        t = time.perf_counter()
+        cand = self.run_eval(exp.wt, rec, None, "-check", complement=True)
+        best_rows = self._best_check_rows()
+        rec.durations["check_s"] = time.perf_counter() - t
+        if not cand.ok or best_rows is None:
+            rec.check = {"passed": False, "reason": "the check evaluation failed"}
+            return dataclasses.replace(d, kind="iterate", reason=f"iterate: {d.reason}, but the check on the disjoint "
+                                       "dev slice failed to run")
+        obj = rec.objective
+        test = paired_test(per_question(obj, self.rows(self.eval_dir(cand))), per_question(obj, best_rows),
+                           confidence=1 - lc.alpha, seed=self.setup.research.seed)
+        held = test.mean_delta >= 0 and test.p_worse >= lc.alpha
+        rec.check = test.to_dict() | {"passed": held, "value": cand.objective_value,
+                                      "eval_dir": self.relative(self.eval_dir(cand))}
+        if held:
+            return dataclasses.replace(d, reason=f"{d.reason}; held on the disjoint dev slice ({test.mean_delta:+.4f})")
+        return dataclasses.replace(d, kind="iterate", reason=f"iterate: the gain did not hold on the disjoint dev slice "
+                                   f"({test.mean_delta:+.4f}, p_worse={test.p_worse:.3g})")
+
+    def _best_check_rows(self) -> list[dict[str, Any]] | None:
+        best = self.state.best_commit
+        wt = self.ws.create("check-best", best)
+        try:
+            out = self.run_eval(wt, "check-best", None, f"-{best[:10]}", complement=True, code_changed=False)
         finally:
-            self.ws.remove(wt.path)
-        rec.durations = {"eval_s": time.perf_counter() - t0, "total_s": time.perf_counter() - t0}
-        if values and all(v is not None for v in values):
-            rec.objective_value = values[0]
-            rec.decision = "baseline"
-            st.best_value, st.best_metrics = values[0], rec.metrics
-            st.best_eval_dir = str(self.run_dir / "evals" / exp_id / rec.eval_run_id)
-            st.noise_floor = (max(values) - min(values)) / 2 if len(values) > 1 else 0.0
-            rec.notes = f"noise floor {st.noise_floor:.4f} from {len(values)} repeat(s)"
-        self._finish(rec)
+            self.ws.discard(wt)  # a scratch worktree, not an experiment: no branch kept
+        return self.rows(self.eval_dir(out)) if out.ok else None
 
-    def _experiment(self, proposer: Proposer) -> None:
-        st = self.state
-        lc = self.setup.research.loop
-        index = st.next_index
-        exp_id = f"exp-{index:03d}"
-        rec = ExperimentRecord(self.run_id, index, exp_id, proposer.name, st.best_commit, started=_now(),
-                               objective=self.setup.eval.objective, best_before=st.best_value)
-        t_start = time.perf_counter()
-        ctx = self._context()
-        self.on_event("propose", {"experiment": exp_id, "proposer": proposer.name, "mode": st.mode})
+    # ------------------------------------------------------------------ applying changes
+    def apply_proposal(self, wt: Worktree, prop: Proposal) -> tuple[list[str], Exception | None]:
         try:
-            prop = self._propose(proposer, ctx, rec)
-        except (ProposalFormatError, MemsysError) as exc:
-            rec.durations["propose_s"] = time.perf_counter() - t_start
-            rec.failure = classify_exception(exc).to_dict() | {"stage": "propose"}
-            rec.decision = "failed"
-            self._count_failure(rec)
-            return self._finish(rec)
-        dup = self._already_tried(prop)
-        if dup is not None:
-            prop, dup = self._reask_duplicate(proposer, ctx, prop, dup, rec)
-        if dup is not None:
-            return self._reject_repeat(rec, prop, proposer, dup, "propose", t_start)
-        t_prop = time.perf_counter()
-        rec.durations["propose_s"] = t_prop - t_start
-        self._take_proposal(rec, prop)
-        wt = self.ws.create(exp_id, st.best_commit)
-        rec.branch = wt.branch
-        try:
-            edited, error = self._apply(wt, prop)
-            resend_s = 0.0  # researcher time inside the apply stage: proposal time, not loop overhead
-            if error is not None and not isinstance(error, ForbiddenEditError) and proposer.name == "llm":
-                # sent back once with the error
-                t_resend = time.perf_counter()
-                try:
-                    prop2 = proposer.repair(ctx, prop, str(error), "")
-                except MemsysError as exc:
-                    prop2 = None
-                    error = exc
-                if prop2 is not None:
-                    resend: dict[str, Any] = {"attempt": 1, "action": "resend_edit"}
-                    rec.healing.append(resend)
-                    dup = self._already_tried(prop2)
-                    if dup is not None:  # the resent change can be a repeat as well
-                        prop2, dup = self._reask_duplicate(proposer, ctx, prop2, dup, rec)
-                resend_s = time.perf_counter() - t_resend
-                rec.durations["propose_s"] += resend_s
-                if prop2 is not None:
-                    if dup is not None:
-                        resend["result"] = f"repeats {dup}"
-                        return self._reject_repeat(rec, prop2, proposer, dup, "apply", t_start)
-                    self._reset_worktree(wt)
-                    self._take_proposal(rec, prop2)
-                    prop = prop2
-                    edited, error = self._apply(wt, prop)
-                    resend["result"] = "ok" if error is None else str(error)
-            try:
-                rec.commit = self.ws.commit(wt, f"{exp_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
-            except ForbiddenEditError as exc:  # the committed diff left the surface: undone, refused
-                rec.commit, error = self.ws.repo_at(wt.path).head.commit.hexsha, exc
-            rec.diff, rec.diff_stats = self.ws.diff(st.best_commit, rec.commit)
-            if error is not None:
-                forbidden = isinstance(error, ForbiddenEditError)
-                cls = FailureClass.FORBIDDEN_EDIT if forbidden else FailureClass.FORMAT_MISMATCH
-                from research.failures import _failure
-
-                rec.failure = _failure(cls, str(error), code_changed=True).to_dict() | {"stage": "apply"}
-                rec.decision = "rejected" if forbidden else "failed"
-                rec.durations["apply_s"] = time.perf_counter() - t_prop - resend_s
-                self._count_failure(rec)
-                proposer.observe(prop, None)
-                return self._finish(rec)
-            rec.durations["apply_s"] = time.perf_counter() - t_prop - resend_s
-            if not rec.diff.strip():
-                # every change was already in place (e.g. an override to the preset's own value)
-                return self._reject_identical(rec, prop, proposer, "the edits leave the best commit unchanged "
-                                              "(empty diff)", "apply", st.best_value)
-            outcome = self._evaluate_with_healing(rec, wt, prop, proposer, ctx, edited)
-        finally:
-            self.ws.remove(wt.path)
-        rec.durations["total_s"] = time.perf_counter() - t_start
-        # loop overhead: worktree, apply, commit, bookkeeping (everything but LLM and evaluation)
-        rec.durations["overhead_s"] = max(0.0, rec.durations["total_s"] - rec.durations.get("propose_s", 0.0)
-                                          - rec.durations.get("eval_s", 0.0))
-        self.workers_override = None  # a rate-limit backoff lasts one experiment
-        if outcome is None or not outcome.ok:
-            proposer.observe(prop, None)
-            forbidden = bool(rec.failure) and rec.failure.get("cls") == FailureClass.FORBIDDEN_EDIT.value
-            rec.decision = "rejected" if forbidden else "failed"
-            self._count_failure(rec)
-            return self._finish(rec)
-        value = outcome.objective_value
-        rec.objective_value, rec.metrics = value, outcome.result["metrics"]
-        rec.eval_run_id, rec.mlflow_run_id = outcome.result["run_id"], outcome.result.get("mlflow_run_id")
-        proposer.observe(prop, value)
-        ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
-        d = D.decide(ds, value, min_rel_improvement=lc.min_rel_improvement, noise_floor=st.noise_floor,
-                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
-        rec.decision, rec.delta, rec.delta_rel = d.kind, d.delta, d.delta_rel
-        rec.notes = f"{rec.notes}; {d.reason}" if rec.notes else d.reason  # keep a no-effect note
-        ns = D.apply_decision(ds, d, value)
-        st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots = (
-            ns.consecutive_degradations, ns.iterations_on_hypothesis, ns.pivots)
-        if d.kind == "proceed":
-            st.best_value, st.best_commit, st.best_metrics = value, rec.commit, rec.metrics
-            st.best_eval_dir = str(self.run_dir / "evals" / exp_id / rec.eval_run_id)
-            self.ws.move_best(rec.commit)
-            st.mode, st.current_hypothesis = "new", None
-        elif d.kind == "pivot":
-            st.mode, st.current_hypothesis = "pivot", None
-        else:
-            st.mode, st.current_hypothesis = "iterate", prop.hypothesis
-        self._finish(rec)
-
-    def _record(self, experiment_id: str) -> ExperimentRecord:
-        return next(r for r in self.records if r.experiment_id == experiment_id)
-
-    def _reject_repeat(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, dup: str, stage: str,
-                       t_start: float) -> None:
-        rec.durations.setdefault("propose_s", time.perf_counter() - t_start)
-        self._take_proposal(rec, prop)
-        self._reject_identical(rec, prop, proposer, f"proposal repeats {dup} (same changes, same parent commit)",
-                               stage, self._record(dup).objective_value)
-
-    def _reject_identical(self, rec: ExperimentRecord, prop: Proposal, proposer: Proposer, what: str, stage: str,
-                          known_value: float | None) -> None:
-        """Identical conditions: evaluating them again would only re-measure noise."""
-        from research.failures import _failure
-
-        rec.failure = _failure(FailureClass.IDENTICAL_CONDITIONS, f"{what}; skipped without evaluating",
-                               code_changed=True).to_dict() | {"stage": stage}
-        rec.decision = "rejected"
-        self._count_failure(rec)
-        proposer.observe(prop, known_value)  # a sampler learns the known value
-        self._finish(rec)
-
-    def _propose(self, proposer: Proposer, ctx: ResearchContext, rec: ExperimentRecord) -> Proposal:
-        """One proposal; a remote researcher whose key is refused (the paper's 403) is
-        switched to the embedded model once and asked again, as evaluations are."""
-        try:
-            return proposer.propose(ctx)
-        except LLMAuthError as exc:
-            remote = self.setup.eval.llm.backend != "local"
-            if not (remote and self.setup.research.loop.local_fallback and hasattr(proposer, "llm")):
-                raise
-            entry = {"attempt": 0, "action": "switch_local_llm", "stage": "propose", "failure": "auth",
-                     "reason": one_line(str(exc))}
-            rec.healing.append(entry)
-            entry["result"] = self._switch_to_local()
-            if self.setup.eval.llm.backend != "local":  # the switch itself failed
-                raise
-            return proposer.propose(ctx)
-
-    def _already_tried(self, prop: Proposal) -> str | None:
-        return repeated_experiment(prop, self.records, self.state.best_commit)
-
-    def _reask_duplicate(self, proposer: Proposer, ctx: ResearchContext, prop: Proposal, dup: str,
-                         rec: ExperimentRecord) -> tuple[Proposal, str | None]:
-        """Send a repeated proposal back (bounded), sampled at a higher temperature; returns the
-        last proposal and the experiment it still repeats (None once it is new)."""
-        lc = self.setup.research.loop
-        for attempt in range(lc.duplicate_reasks):
-            outcome = describe_outcome(self._record(dup), self.setup.eval.objective)
-            tried = describe_tried(self.records, self.state.best_commit)
-            entry = {"attempt": attempt, "action": "duplicate_proposal", "reason": f"repeats {dup}"}
-            rec.healing.append(entry)
-            try:
-                again = proposer.reconsider(ctx, prop, dup, outcome, tried, lc.duplicate_temperature)
-            except MemsysError as exc:
-                entry["result"] = f"re-ask failed: {one_line(str(exc))}"
-                return prop, dup
-            if again is None:
-                entry["result"] = f"{proposer.name} cannot be re-asked"
-                return prop, dup
-            again.tokens += prop.tokens
-            again.cost_usd += prop.cost_usd
-            prop = again
-            dup = self._already_tried(prop)
-            entry["result"] = "new proposal" if dup is None else f"repeats {dup} again"
-            if dup is None:
-                break
-        return prop, dup
-
-    def _take_proposal(self, rec: ExperimentRecord, prop: Proposal) -> None:
-        rec.hypothesis, rec.discovery_type, rec.expected_effect = prop.hypothesis, prop.discovery_type, prop.expected_effect
-        rec.edits = [asdict(e) for e in prop.edits]
-        rec.config_overrides = list(prop.config_overrides)
-        rec.tokens += prop.tokens
-        rec.cost_usd += prop.cost_usd
-
-    def _apply(self, wt: Worktree, prop: Proposal) -> tuple[list[str], Exception | None]:
-        surface = MUTABLE_SURFACE
-        try:
-            changed = apply_config_overrides(wt.path, self.preset, prop.config_overrides, surface)
-            changed += apply_edits(wt.path, prop.edits, surface)
+            changed = apply_config_overrides(wt.path, self.preset, prop.config_overrides, MUTABLE_SURFACE)
+            changed += apply_edits(wt.path, prop.edits, MUTABLE_SURFACE)
             check_presets(wt.path, changed)
             return changed, None
         except (EditApplyError, ForbiddenEditError) as exc:
             return [], exc
 
-    def _reset_worktree(self, wt: Worktree) -> None:
-        r = self.ws.repo_at(wt.path)
-        r.git.reset("--hard", "HEAD")
-        r.git.clean("-fd")
+    _apply = apply_proposal  # the name replay used
 
-    def _evaluate_with_healing(self, rec: ExperimentRecord, wt: Worktree, prop: Proposal, proposer: Proposer,
-                               ctx: ResearchContext, edited: list[str]) -> EvalOutcome | None:
-        lc = self.setup.research.loop
-        smoke = lc.smoke_sample if lc.smoke_sample and lc.smoke_sample != (self.setup.eval.eval.sample or "full") else None
-        sample: str | None = None
-        tried: set[str] = set()
-        t0 = time.perf_counter()
-        outcome = None
-        for attempt in range(lc.max_repairs + 1):
-            if smoke and "smoke_ok" not in tried:
-                outcome = self._run_eval(wt, rec.experiment_id, smoke, True, edited, tag=f"-smoke{attempt}")
-                self._note_eval(rec, outcome)
-                if outcome.ok:
-                    tried.add("smoke_ok")
-            if not smoke or "smoke_ok" in tried:
-                outcome = self._run_eval(wt, rec.experiment_id, sample, True, edited, tag="" if attempt == 0 else f"-h{attempt}")
-                self._note_eval(rec, outcome)
-            rec.durations["eval_s"] = time.perf_counter() - t0
-            if outcome.ok or (outcome.failure and outcome.failure.cls == FailureClass.INVALID_METRIC
-                              and outcome.failure.severity == "low" and outcome.result):
-                if not outcome.ok:  # identical metrics: a legitimate "no effect" result
-                    rec.notes = outcome.failure.message
-                    outcome.ok = True
-                return outcome
-            f = outcome.failure
-            rec.failure = f.to_dict()
-            action = plan_heal(f, attempt, max_repairs=lc.max_repairs,
-                               remote_llm=self.setup.eval.llm.backend != "local", tried=tried)
-            entry = {"attempt": attempt + 1, "failure": f.cls.value, "action": action.action, "reason": action.reason}
-            rec.healing.append(entry)
-            self.on_event("heal", entry | {"experiment": rec.experiment_id})
-            if action.action == "give_up":
-                return outcome
-            tried.add(action.action)
-            if action.action == "repair_edit":
-                diff, _ = self.ws.diff(self.state.best_commit, rec.commit)
-                try:
-                    rep = proposer.repair(ctx, prop, f"{f.message} at {f.file}:{f.line}" if f.file else f.message, diff)
-                except MemsysError as exc:
-                    entry["result"] = f"repair proposal failed: {exc}"
-                    return outcome
-                if rep is None:
-                    entry["result"] = "proposer cannot repair"
-                    return outcome
-                changed, err = self._apply(wt, rep)
-                if err is not None:
-                    entry["result"] = f"repair did not apply: {err}"
-                    continue
-                rec.edits += [asdict(e) for e in rep.edits]
-                rec.config_overrides += rep.config_overrides
-                rec.tokens += rep.tokens
-                if not self._commit_repair(wt, rec, entry, f"{rec.experiment_id}: repair {attempt + 1}"):
-                    return None
-                rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
-                edited = sorted(set(edited) | set(changed))
-            elif action.action == "revert_import_edit":
-                keep = edits_without_import(prop.edits, f.message)
-                if keep is None:
-                    entry["result"] = "no edit introduced that import"
-                    return outcome
-                self._reset_to(wt, self.state.best_commit)
-                prop.edits = keep
-                changed, err = self._apply(wt, prop)
-                rec.edits = [asdict(e) for e in keep]
-                if not self._commit_repair(wt, rec, entry, f"{rec.experiment_id}: revert import edit"):
-                    return None
-                rec.diff, rec.diff_stats = self.ws.diff(self.state.best_commit, rec.commit)
-            elif action.action == "fewer_workers":
-                self.workers_override = 1  # for this experiment only (reset below)
-                time.sleep(min(5.0 * (attempt + 1), 30.0))
-            elif action.action == "smaller_sample":
-                sample = smoke or "tiny"
-            elif action.action == "switch_local_llm":
-                if not self.setup.research.loop.local_fallback:
-                    entry["result"] = "local fallback off (research.loop.local_fallback=false): restart with llm=local"
-                    return outcome
-                entry["result"] = self._switch_to_local()
-            entry.setdefault("result", "retrying")
-        return outcome
+    def reset_worktree(self, wt: Worktree) -> None:
+        self.ws.restore(wt)
 
-    def _commit_repair(self, wt: Worktree, rec: ExperimentRecord, entry: dict[str, Any], message: str) -> bool:
+    def reset_to(self, wt: Worktree, commit: str) -> None:
+        self.ws.restore(wt, commit)
+
+    def commit_repair(self, wt: Worktree, rec: ExperimentRecord, entry: dict[str, Any], message: str) -> bool:
         """Commit a healing step; a diff that leaves the surface is undone and ends the experiment."""
         try:
             rec.commit = self.ws.commit(wt, message)
-            return True
         except ForbiddenEditError as exc:
             entry["result"] = f"refused: {exc}"
-            rec.failure = _forbidden(exc)
+            rec.failure = _failure(FailureClass.FORBIDDEN_EDIT, str(exc), code_changed=True).to_dict() | {"stage": "commit"}
             return False
+        rec.diff, rec.diff_stats = self.ws.diff(rec.parent_commit, rec.commit)
+        rec.effective_key = self.effective_key_at(rec.commit)  # what is evaluated now (repeat detection)
+        return True
 
-    def _reset_to(self, wt: Worktree, commit: str) -> None:
-        r = self.ws.repo_at(wt.path)
-        r.git.checkout(commit, "--", ".")
-        r.git.clean("-fd")
-
-    def _count_failure(self, rec: ExperimentRecord) -> None:
+    # ------------------------------------------------------------------ baseline and recording
+    def _baseline(self) -> None:
         st = self.state
-        infra = bool(rec.failure and rec.failure.get("is_infrastructure"))
-        if not infra:
-            ds = D.failed(D.DecisionState(st.best_value or 0.0, st.consecutive_degradations,
-                                          st.iterations_on_hypothesis, st.pivots))
-            st.consecutive_degradations, st.iterations_on_hypothesis = ds.consecutive_degradations, ds.iterations_on_hypothesis
-            if st.consecutive_degradations >= self.setup.research.loop.degradations_to_pivot:
-                st.mode, st.current_hypothesis, st.consecutive_degradations = "pivot", None, 0
-                st.pivots += 1
+        rec = ExperimentRecord(self.run_id, 0, "exp-000", "baseline", st.base_commit, started=_now(),
+                               hypothesis="baseline: the starting configuration", objective=self.setup.eval.objective)
+        self.stage(rec, "evaluate", "baseline")
+        t0 = time.perf_counter()
+        wt = self.ws.create(rec.experiment_id, st.base_commit)
+        rec.commit, rec.branch = st.base_commit, wt.branch
+        try:
+            out = self.run_eval(wt, rec, None, code_changed=False)
+        finally:
+            self.ws.remove(wt.path)
+        rec.durations = {"eval_s": time.perf_counter() - t0, "total_s": time.perf_counter() - t0}
+        rec.effective_key = self.effective_key_at(st.base_commit)
+        if out.ok and out.objective_value is not None:
+            rec.objective_value, rec.metrics, rec.decision = out.objective_value, out.result["metrics"], "baseline"
+            rec.eval_run_id, rec.mlflow_run_id = out.result["run_id"], out.result.get("mlflow_run_id")
+            rec.eval_dir = self.relative(self.eval_dir(out))
+        else:
+            rec.failure = out.failure.to_dict() if out.failure else {"cls": "invalid_metric", "message": "no objective value"}
+        self.finish(rec, None, None)
 
-    def _finish(self, rec: ExperimentRecord) -> None:
+    def finish(self, rec: ExperimentRecord, prop: Proposal | None, proposer: Proposer | None) -> None:
+        """Journal first (the commit point), then what follows from it: state, best ref, study."""
+        from research.lessons import lesson_for
+
         st = self.state
+        self.stage(rec, "record", rec.decision)
         rec.finished = _now()
         rec.sandbox = rec.sandbox or dict(st.sandbox)  # every row says which wall its numbers stood behind
-        reader = rec.reader or {}
-        st.tokens += rec.tokens + reader.get("billed_tokens", 0)  # cache hits cost nothing
-        st.cost_usd += rec.cost_usd + reader.get("cost_usd", 0.0)
+        rec.lesson = rec.lesson or lesson_for(rec, self.setup.eval.objective)
         append_record(self.run_dir, rec)
         self.records.append(rec)
-        st.next_index = rec.index + 1
+        st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
+                 eval_dir=self.absolute(rec.eval_dir))
+        self.ws.move_best(st.best_commit)
+        self._study_add(rec)
         st.save(self.run_dir)
         self._mlflow_child(rec)
         self.on_event("experiment", {"record": rec, "best": st.best_value})
 
+    def stage(self, rec: ExperimentRecord, stage: str, detail: str = "") -> None:
+        self.on_event("stage", {"experiment": rec.experiment_id, "stage": stage, "detail": detail})
+
     # ------------------------------------------------------------------ researcher context, tracking
-    def _context(self) -> ResearchContext:
-        return build_context(self.state, self.records, self.setup, self.preset, self.run_dir)
+    def context(self) -> ResearchContext:
+        from research.context import build_context
+        from research.levers import render_levers
+
+        st = self.state
+        cfg = self.config_at(st.start_commit) or self.config_at(st.best_commit)
+        reader_free = self.setup.eval.eval.reader == "none"
+        knobs = (render_levers(cfg, reader_free=reader_free) if cfg is not None
+                 else "(the preset no longer parses with the base schema)")
+        ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)
+        ctx.reader_free = reader_free
+        if cfg is not None:
+            ctx.memory = cfg
+        return ctx
+
+    _context = context
 
     def _mlflow_parent(self) -> None:
         if self.setup.eval.eval.mlflow and not self.state.mlflow_parent_run_id:

@@ -4,9 +4,9 @@ No LLM is asked for proposals: the recorded edits and config overrides are appli
 to fresh worktrees, each step is re-evaluated (optionally on another split, benchmark
 or LLM backbone), and a new run links to the original with, per step, the recorded
 metric, the replayed one, the delta and whether the original decision still holds.
-The decisions are re-taken with the original run's rule (its loop settings and noise
-floor) and failures count against the state the way the loop counts them, so a
-decision that differs is a real difference, not a different rule.
+Each step goes through the loop's own stages (screens, evaluation, paired test, the check
+slice, the decision rule of the original's loop settings) and the state is the same fold
+over the journal, so a decision that differs is a real difference, not a different rule.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from typing import Any, Sequence
 
 from harness.atomic import atomic_write_json
 from harness.paths import runs_dir
-from research import decide as D
-from research.errors import ForbiddenEditError, RunStateError
-from research.proposers.base import Proposal
+from research.errors import RunStateError
+from research.proposers.base import Proposal, Proposer
 from research.state import LoopState
-from research.trajectory import Edit, ExperimentRecord, append_record, read_trajectory
+from research.trajectory import Edit, ExperimentRecord, read_trajectory
 
 ONLY = ("all", "accepted")
 
@@ -67,7 +66,6 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
                                                       "overrides": setup.overrides, "replay_of": run_id})
     loop.ws.init_refs(state.base_commit)
     loop.state = LoopState(rid, state.repo, state.base_commit, state.base_commit)
-    loop.state.noise_floor = state.noise_floor  # the original's rule decides again
     loop.state.sandbox = check_sandbox(loop._sandbox_obj(), allow_weak=setup.research.sandbox.allow_weak)
     loop.state.save(loop.run_dir)
     out_steps: list[dict[str, Any]] = []
@@ -98,100 +96,54 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     return loop.run_dir
 
 
+class RecordedProposer(Proposer):
+    """Returns the recorded change; it cannot be re-asked (a screened step is rejected again)."""
+
+    name = "replay"
+
+    def __init__(self, rec: ExperimentRecord):
+        self.rec = rec
+
+    def propose(self, ctx: Any) -> Proposal:
+        r = self.rec
+        return Proposal(r.hypothesis, r.proposed_type or r.discovery_type or "", r.expected_effect,
+                        [Edit(**e) for e in r.edits], list(r.config_overrides), seed=r.seed, subspace=list(r.subspace))
+
+    def reconsider(self, *args: Any, **kw: Any) -> Proposal:
+        return self.propose(None)
+
+
 def _replay_step(loop: Any, rec: ExperimentRecord) -> dict[str, Any]:
+    """One recorded step through the loop's own stages (screens, evaluation, paired test, check,
+    decision, journal), so a decision that differs is a real difference, not a different rule."""
+    from research.experiment import Experiment
     from research.failures import FailureClass, _failure
 
     st = loop.state
-    lc = loop.setup.research.loop
-    t0 = time.perf_counter()
-    new = ExperimentRecord(loop.run_id, rec.index, rec.experiment_id, "replay", st.best_commit,
-                           hypothesis=rec.hypothesis, discovery_type=rec.discovery_type,
-                           expected_effect=rec.expected_effect, edits=rec.edits,
-                           config_overrides=rec.config_overrides, objective=loop.setup.eval.objective,
-                           best_before=st.best_value if rec.index > 0 else None,
-                           started=datetime.now().isoformat(timespec="seconds"))
     step = {"index": rec.index, "experiment_id": rec.experiment_id, "recorded": rec.objective_value,
             "recorded_decision": rec.decision, "replayed": None, "delta": None, "replayed_decision": None,
             "holds": None, "status": "ok"}
-    if rec.index > 0 and not rec.edits and not rec.config_overrides:
+    st.next_index = rec.index
+    if rec.index == 0:
+        loop._baseline()
+    elif not rec.edits and not rec.config_overrides:
         # failed before anything was proposed (unparseable reply, LLM error): nothing to re-apply;
         # it still counts against the state as it did in the original run
         why = (rec.failure or {}).get("message") or "no edits and no config overrides recorded"
         step["status"] = f"skipped: nothing to re-apply ({' '.join(str(why).split())[:200]})"
-        new.failure, new.decision, new.notes = rec.failure, "failed", step["status"]
-        _record(loop, new, count_failure=True, t0=t0)
+        new = ExperimentRecord(loop.run_id, rec.index, rec.experiment_id, "replay", st.start_commit,
+                               hypothesis=rec.hypothesis, objective=loop.setup.eval.objective, started=loop.now())
+        new.failure = rec.failure or _failure(FailureClass.FORMAT_MISMATCH, why, code_changed=True).to_dict()
+        new.decision, new.notes = "failed", step["status"]
+        loop.finish(new, None, None)
         return step
-    wt = loop.ws.create(rec.experiment_id, st.best_commit)
-    new.branch = wt.branch
-    try:
-        if rec.index > 0:
-            prop = Proposal(rec.hypothesis, rec.discovery_type or "", "", [Edit(**e) for e in rec.edits],
-                            list(rec.config_overrides))
-            _, err = loop._apply(wt, prop)
-            if err is not None:
-                forbidden = isinstance(err, ForbiddenEditError)
-                cls = FailureClass.FORBIDDEN_EDIT if forbidden else FailureClass.FORMAT_MISMATCH
-                step["status"] = f"rejected: {err}" if forbidden else f"edit no longer applies: {err}"
-                new.failure = _failure(cls, str(err), code_changed=True).to_dict() | {"stage": "apply"}
-                new.decision = "rejected" if forbidden else "failed"
-                if forbidden:  # refused before evaluation, as the loop does: the decision can be compared
-                    step["replayed_decision"], step["holds"] = "rejected", rec.decision == "rejected"
-                new.commit = loop.ws.commit(wt, f"replay {rec.experiment_id} (failed to apply)")
-                _record(loop, new, count_failure=True, t0=t0)
-                return step
-        new.commit = loop.ws.commit(wt, f"replay {rec.experiment_id}: {rec.hypothesis[:50]}")
-        if rec.index > 0:
-            new.diff, new.diff_stats = loop.ws.diff(st.best_commit, new.commit)
-        out = loop._run_eval(wt, rec.experiment_id, None, rec.index > 0, [])
-    finally:
-        loop.ws.remove(wt.path)
-    new.durations["eval_s"] = time.perf_counter() - t0
-    if (not out.ok and out.failure and out.failure.cls == FailureClass.INVALID_METRIC
-            and out.failure.severity == "low" and out.result):
-        new.notes, out.ok = out.failure.message, True  # identical metrics: "no effect", as the loop takes it
-    if not out.ok:
-        step["status"] = f"evaluation failed: {out.failure.cls.value}: {out.failure.message}"
-        step["replayed_decision"] = "failed"
-        step["holds"] = rec.decision == "failed"
-        new.failure, new.decision = out.failure.to_dict(), "failed"
-        _record(loop, new, count_failure=rec.index > 0, t0=t0)
-        return step
-    value = out.objective_value
-    new.objective_value, new.metrics, new.eval_run_id = value, out.result["metrics"], out.result["run_id"]
-    step["replayed"] = value
-    if rec.objective_value is not None and value is not None:
-        step["delta"] = value - rec.objective_value
-    if rec.index == 0:
-        decision = "baseline"
-    elif value is None or st.best_value is None:
-        decision = "failed"
-        new.failure = {"cls": "invalid_metric", "message": "no objective value (or no baseline to compare with)"}
     else:
-        ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
-        d = D.decide(ds, value, min_rel_improvement=lc.min_rel_improvement, noise_floor=st.noise_floor,
-                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
-        decision, new.delta, new.delta_rel = d.kind, d.delta, d.delta_rel
-        new.notes = f"{new.notes}; {d.reason}" if new.notes else d.reason  # keep a no-effect note, as the loop does
-        ns = D.apply_decision(ds, d, value)
-        st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots = (
-            ns.consecutive_degradations, ns.iterations_on_hypothesis, ns.pivots)
-    new.decision = decision
-    step["replayed_decision"] = decision
-    step["holds"] = decision == rec.decision
-    if decision in ("baseline", "proceed"):
-        st.best_value, st.best_commit, st.best_metrics = value, new.commit, new.metrics
-        st.best_eval_dir = str(loop.run_dir / "evals" / rec.experiment_id / new.eval_run_id)
-        loop.ws.move_best(new.commit)
-    _record(loop, new, count_failure=decision == "failed", t0=t0)
+        Experiment(loop, RecordedProposer(rec)).run()
+    new = loop.records[-1]
+    step["replayed"], step["replayed_decision"] = new.objective_value, new.decision
+    step["holds"] = new.decision == rec.decision
+    if rec.objective_value is not None and new.objective_value is not None:
+        step["delta"] = new.objective_value - rec.objective_value
+    if new.failure:
+        step["status"] = f"{new.decision}: {new.failure.get('cls')}: {new.failure.get('message', '')}"[:300]
     return step
-
-
-def _record(loop: Any, rec: ExperimentRecord, *, count_failure: bool = False, t0: float | None = None) -> None:
-    if count_failure and rec.index > 0:
-        loop._count_failure(rec)  # the loop's own accounting: non-infrastructure failures are degradations
-    if t0 is not None:
-        rec.durations["total_s"] = time.perf_counter() - t0
-    rec.finished = datetime.now().isoformat(timespec="seconds")
-    append_record(loop.run_dir, rec)
-    loop.records.append(rec)
-    loop.state.next_index = rec.index + 1

@@ -36,6 +36,9 @@ from research.taxonomy import (
     failure_table,
     number,
     objective_name,
+    paired_test_text,
+    rejection_kind,
+    rejection_table,
     run_summary,
     start_value,
     taxonomy_table,
@@ -232,6 +235,29 @@ def _type_label(discovery_type: str | None) -> str:
     return f"<b>{abbrev}</b> {name}" if abbrev else name
 
 
+def _types_cell(rec: ExperimentRecord) -> str:
+    """The classified type; the researcher's own label under it when the two differ."""
+    cell = _type_label(rec.discovery_type)
+    if rec.proposed_type and rec.proposed_type != rec.discovery_type:
+        cell += f' <br><small class="muted">proposed: {_type_label(rec.proposed_type)}</small>'
+    return cell
+
+
+def _decision_cell(rec: ExperimentRecord) -> str:
+    kind = rejection_kind(rec)
+    return _badge(rec.decision) + (f' <small class="muted">{_e(kind)}</small>' if kind else "")
+
+
+def _delta_cell(rec: ExperimentRecord) -> str:
+    test = paired_test_text(rec.test)
+    return fmt_delta(delta_of(rec)) + (f' <br><small class="muted">{_e(test)}</small>' if test else "")
+
+
+def _hypothesis_cell(rec: ExperimentRecord) -> str:
+    lesson = f' <br><small class="muted">lesson: {_e(_cut(rec.lesson))}</small>' if rec.lesson else ""
+    return _e(_cut(rec.hypothesis) or "—") + lesson
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[int] = (),
           total: Sequence[str] | None = None, cls: str = "") -> str:
     """Cells are HTML already escaped by the caller; ``numeric`` columns are right-aligned."""
@@ -281,6 +307,8 @@ def header_html(run: RunData, s: RunSummary) -> str:
     meta = [("run", run.run_id), ("benchmark / split", f"{_lookup(run, 'benchmark')} / {_lookup(run, 'split')}"),
             ("objective", s.objective or "?"), ("base commit", base), ("best experiment", s.best_experiment or "—"),
             ("decisions", ", ".join(f"{k} {v}" for k, v in sorted(d.items())) or "—")]
+    if s.rejections:
+        meta.append(("rejected before evaluation", ", ".join(f"{k} {v}" for k, v in s.rejections.items())))
     for key in ("status", "stop_reason"):
         if run.state.get(key):
             meta.append((key.replace("_", " "), run.state[key]))
@@ -345,9 +373,21 @@ def failures_html(records: Sequence[ExperimentRecord]) -> str:
                  body, numeric=(1, 2), cls="failures")
 
 
+def rejections_html(records: Sequence[ExperimentRecord]) -> str:
+    """Proposals refused before evaluation (repeats, screened no-effect changes): not failures, listed apart."""
+    rows = rejection_table(records)
+    if not rows:
+        return ""
+    body = [[_e(r.kind), f"<code>{_e(r.failure_class)}</code>", str(r.count), _e(_cut(r.message)),
+             _e(_cut(", ".join(r.experiments), 80))] for r in rows]
+    return ("<h3>Rejected before evaluation</h3><p class=muted>Proposals that repeat a change already tried, or that "
+            "the reader-free screen found to change nothing the scorer sees: no evaluation was spent on them.</p>"
+            + table(["rejection", "class", "count", "message", "experiments"], body, numeric=(2,), cls="rejections"))
+
+
 def experiments_html(records: Sequence[ExperimentRecord]) -> str:
-    body = [[str(r.index), _e(r.experiment_id), _badge(r.decision), _type_label(r.discovery_type),
-             fmt(r.objective_value), fmt_delta(delta_of(r)), fmt_pct(r.delta_rel), _e(_cut(r.hypothesis) or "—")]
+    body = [[str(r.index), _e(r.experiment_id), _decision_cell(r), _types_cell(r),
+             fmt(r.objective_value), _delta_cell(r), fmt_pct(r.delta_rel), _hypothesis_cell(r)]
             for r in records]
     return table(["#", "experiment", "decision", "type", "objective", "Δ", "Δ rel", "hypothesis"],
                  body, numeric=(0, 4, 5, 6), cls="experiments")
@@ -397,10 +437,17 @@ def accepted_html(records: Sequence[ExperimentRecord]) -> str:
                      if r.config_overrides else "")
         diff = (f"<details open><summary>{_e(stat)}</summary><pre>{diff_html(cut_diff(r.diff))}</pre></details>"
                 if r.diff else '<p class="muted">no diff recorded</p>')
+        test = paired_test_text(r.test)
+        facts = [f"paired test against the best: {_e(test)}"] if test else []
+        if r.proposed_type and r.proposed_type != r.discovery_type:
+            facts.append(f"proposed as {_type_label(r.proposed_type)}")
+        if r.lesson:
+            facts.append(f"lesson: {_e(r.lesson)}")
+        facts_html = "".join(f'<p class="muted">{f}</p>' for f in facts)
         parts.append(
             f'<div class="exp" id="{_e(r.experiment_id)}"><h3>{_e(r.experiment_id)} · {_type_label(r.discovery_type)} · '
             f"{fmt_delta(delta_of(r))} <small>({fmt_pct(r.delta_rel)})</small> → {fmt(r.objective_value)}</h3>"
-            f'<p class="hyp">{_e(r.hypothesis or "(no hypothesis recorded)")}</p>{overrides}{diff}</div>')
+            f'<p class="hyp">{_e(r.hypothesis or "(no hypothesis recorded)")}</p>{facts_html}{overrides}{diff}</div>')
     return "".join(parts) or '<p class="muted">No accepted experiments.</p>'
 
 
@@ -453,8 +500,10 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
     parts += ["<h2>Per-category metrics</h2>", cats,
               "<h2>Discovery taxonomy</h2><p class=muted>Experiments per type (baseline excluded), how many were "
               "accepted, and the sum and mean of the accepted deltas.</p>", taxonomy_html(recs),
-              "<h2>Failures and healing</h2>", failures_html(recs),
-              "<h2>Experiments</h2>", experiments_html(recs),
+              "<h2>Failures and healing</h2>", failures_html(recs), rejections_html(recs),
+              "<h2>Experiments</h2><p class=muted>Type: the discovery type classified from what the change touched; "
+              "the researcher's own label under it when the two differ. Δ: against the best so far, with the paired "
+              "test's confidence interval when one was run.</p>", experiments_html(recs),
               "<h2>Time and cost</h2>", cost, cost_time_html(recs),
               "<h2>Accepted experiments</h2>", accepted_html(recs)]
     return "".join(parts)
@@ -468,6 +517,7 @@ def compare_body(a: RunData, b: RunData, out_dir: Path) -> str:
     rows = [("objective", _e(sa.objective or "?"), _e(sb.objective or "?")),
             ("experiments", str(sa.experiments), str(sb.experiments)),
             ("proceeds", str(sa.decisions.get("proceed", 0)), str(sb.decisions.get("proceed", 0))),
+            ("rejected before evaluation", str(sum(sa.rejections.values())), str(sum(sb.rejections.values()))),
             ("start", fmt(sa.start), fmt(sb.start)), ("best", fmt(sa.best), fmt(sb.best)),
             ("improvement", fmt_delta(sa.improvement), fmt_delta(sb.improvement)),
             ("improvement (rel)", fmt_pct(sa.improvement_rel), fmt_pct(sb.improvement_rel)),

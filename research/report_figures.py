@@ -13,7 +13,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from research.taxonomy import DISCOVERY_ABBREV, best_so_far, category_keys, cost_time_table, number, objective_name
+from research.taxonomy import (
+    DISCOVERY_ABBREV,
+    best_so_far,
+    category_keys,
+    cost_time_table,
+    number,
+    objective_name,
+    rejection_kind,
+)
 from research.trajectory import ExperimentRecord
 
 DPI = 110
@@ -27,6 +35,8 @@ DECISION_STYLE = {
     "rejected": ("x", "#888888"),
 }
 BEST_COLOUR = "#1f77b4"
+#: a proposal rejected before evaluation (repeat, no effect): a hollow ring on the floor, apart from failures
+SCREENED_STYLE = ("o", "#888888")
 
 
 def _figure(size: tuple[float, float]) -> tuple[Figure, Any]:
@@ -68,10 +78,16 @@ def plot_trajectory(records: Sequence[ExperimentRecord], path: Path, title: str 
         xs, ys = zip(*best)
         ax.step(xs, ys, where="post", color=BEST_COLOUR, lw=1.8, zorder=2)
     seen: list[str] = []
+    on_floor = screened = False
     for rec, v in zip(records, values):
+        if rejection_kind(rec) is not None:
+            screened = True
+            ax.scatter([rec.index], [bottom if v is None else v], marker=SCREENED_STYLE[0], facecolors="none",
+                       edgecolors=SCREENED_STYLE[1], s=46, zorder=3, linewidths=1.4)
+            continue
         marker, colour = DECISION_STYLE.get(rec.decision, (".", "#666666"))
         if v is None:  # no value: a grey cross on the floor of the plot
-            marker, colour, v = "x", DECISION_STYLE["failed"][1], bottom
+            marker, colour, v, on_floor = "x", DECISION_STYLE["failed"][1], bottom, True
         ax.scatter([rec.index], [v], marker=marker, color=colour, s=46, zorder=3, linewidths=1.6)
         seen.append(rec.decision)
         if rec.decision == "proceed" and number(rec.objective_value) is not None:
@@ -83,10 +99,13 @@ def plot_trajectory(records: Sequence[ExperimentRecord], path: Path, title: str 
     for decision, (marker, colour) in DECISION_STYLE.items():
         if decision == "rejected":
             continue
-        if decision == "failed" and ({"failed", "rejected"} & set(seen) or None in values):
+        if decision == "failed" and ({"failed", "rejected"} & set(seen) or on_floor):
             handles.append(Line2D([], [], ls="", marker=marker, color=colour, label="failed / rejected"))
         elif decision in seen and decision != "failed":
             handles.append(Line2D([], [], ls="", marker=marker, color=colour, label=decision))
+    if screened:
+        handles.append(Line2D([], [], ls="", marker=SCREENED_STYLE[0], markerfacecolor="none",
+                              markeredgecolor=SCREENED_STYLE[1], label="not evaluated (repeat / no effect)"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=len(handles), frameon=False, fontsize=8.5)
     ax.set_xlabel("experiment")
     ax.set_ylabel(objective)

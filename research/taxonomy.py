@@ -10,7 +10,11 @@ Conventions (also in docs/trajectory.md):
   accepted (``proceed``) experiments of a type, mean delta is that sum over the accepted count;
 - a failure is healed when healing was tried and the experiment still ended with an objective
   value and a decision other than ``failed`` / ``rejected`` (the final outcome decides, not the
-  entries' ``result`` texts).
+  entries' ``result`` texts);
+- a proposal rejected before evaluation because it repeats a change already tried
+  (``identical_conditions``) or the reader-free screen found it changes nothing (``no_effect``) is
+  a rejection, named "repeat" / "no effect (screened)", not a failure: the failure table leaves it
+  out and ``rejection_table`` counts it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from research.failures import FailureClass
 from research.trajectory import DISCOVERY_TYPES, ExperimentRecord
 
 ACCEPTED_DECISIONS = ("baseline", "proceed")
@@ -36,6 +41,10 @@ DISCOVERY_ABBREV = {
     "evaluation_format_alignment": "EF",
     "hyperparameter_tuning": "HP",
 }
+
+#: how reports and the terminal name a proposal rejected before evaluation, by failure class
+#: (the classes of research.failures.PRE_EVALUATION_REJECTIONS; a test keeps the two in step)
+REJECTION_LABELS = {FailureClass.IDENTICAL_CONDITIONS.value: "repeat", FailureClass.NO_EFFECT.value: "no effect (screened)"}
 
 #: keys a healing entry may use for its action name (the loop writes "action")
 _ACTION_KEYS = ("action", "fix", "name", "strategy", "kind")
@@ -97,6 +106,19 @@ def category_keys(records: Sequence[ExperimentRecord]) -> list[str]:
     return sorted(keys, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)])
 
 
+def paired_test_text(test: dict[str, Any] | None) -> str:
+    """A record's paired test as one line (CI [+0.0040, +0.0200]; p 0.003; n 152); empty without one.
+    ``p`` is the one-sided p-value that the candidate is better (small = supported), not a probability."""
+    test = test if isinstance(test, dict) else {}
+    lo, hi = number(test.get("ci_low")), number(test.get("ci_high"))
+    parts = [f"CI [{lo:+.4f}, {hi:+.4f}]"] if lo is not None and hi is not None else []
+    if number(test.get("p_better")) is not None:
+        parts.append(f"p {test['p_better']:.2g}")
+    if parts and number(test.get("n")) is not None:
+        parts.append(f"n {int(test['n'])}")
+    return "; ".join(parts)
+
+
 # --- discovery taxonomy --------------------------------------------------------
 @dataclass
 class TaxonomyRow:
@@ -148,11 +170,25 @@ class FailureRow:
     experiments: list[str] = field(default_factory=list)
 
 
+def _recorded_class(rec: ExperimentRecord) -> str | None:
+    f = rec.failure if isinstance(rec.failure, dict) else {}
+    cls = f.get("class") or f.get("cls") or f.get("failure_class")
+    return str(cls) if cls else None
+
+
+def rejection_kind(rec: ExperimentRecord) -> str | None:
+    """The name of a proposal rejected before evaluation ("repeat", "no effect (screened)"), else None."""
+    return REJECTION_LABELS.get(_recorded_class(rec) or "")
+
+
 def failure_class(rec: ExperimentRecord) -> str | None:
-    """The record's failure class, "unclassified" for a failed record without one, else None."""
+    """The record's failure class, "unclassified" for a failed record without one, else None
+    (also None for a rejection before evaluation: see ``rejection_kind``)."""
+    if rejection_kind(rec) is not None:
+        return None
     f = rec.failure if isinstance(rec.failure, dict) else None
     if f:
-        return str(f.get("class") or f.get("cls") or f.get("failure_class") or UNCLASSIFIED)
+        return _recorded_class(rec) or UNCLASSIFIED
     if rec.healing:
         first = rec.healing[0] if isinstance(rec.healing[0], dict) else {}
         return str(first.get("failure") or first.get("class") or first.get("cls") or UNCLASSIFIED)
@@ -194,6 +230,30 @@ def failure_table(records: Sequence[ExperimentRecord]) -> list[FailureRow]:
         if cls in severities:
             row.severity = severities[cls].most_common(1)[0][0]
     return sorted(rows.values(), key=lambda r: (-r.count, r.failure_class))
+
+
+@dataclass
+class RejectionRow:
+    kind: str  # REJECTION_LABELS value
+    failure_class: str
+    count: int = 0
+    message: str = ""  # first one seen
+    experiments: list[str] = field(default_factory=list)
+
+
+def rejection_table(records: Sequence[ExperimentRecord]) -> list[RejectionRow]:
+    """Proposals rejected before evaluation, one row per kind (in REJECTION_LABELS order)."""
+    rows: dict[str, RejectionRow] = {}
+    for rec in records:
+        kind = rejection_kind(rec)
+        if kind is None:
+            continue
+        row = rows.setdefault(kind, RejectionRow(kind, _recorded_class(rec) or ""))
+        row.count += 1
+        row.experiments.append(rec.experiment_id)
+        if not row.message:
+            row.message = str((rec.failure or {}).get("message") or "")
+    return [rows[k] for k in REJECTION_LABELS.values() if k in rows]
 
 
 # --- time, cost, summary -------------------------------------------------------
@@ -240,6 +300,7 @@ class RunSummary:
     total_s: float
     cost_usd: float
     tokens: int
+    rejections: dict[str, int] = field(default_factory=dict)  # rejection kind -> count (before evaluation)
 
     @property
     def improvement(self) -> float | None:
@@ -267,4 +328,5 @@ def run_summary(records: Sequence[ExperimentRecord]) -> RunSummary:
         total_s=sum(c.total_s for c in costs),
         cost_usd=sum(c.cost_usd for c in costs),
         tokens=sum(c.tokens for c in costs),
+        rejections={r.kind: r.count for r in rejection_table(records)},
     )

@@ -15,9 +15,44 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: the paired test's numbers logged as child-run metrics (``test_<key>``) when the record has them
+TEST_METRICS = ("n", "mean_delta", "ci_low", "ci_high", "p_better", "p_worse")
+#: MLflow's tag-value limit in the oldest version we meet (5000; newer servers take 8000)
+TAG_VALUE_LIMIT = 5000
+
 
 def numeric(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def tag_value(text: str, limit: int = TAG_VALUE_LIMIT) -> str:
+    """``text`` cut to fit an MLflow tag value."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def experiment_tags(rec: Any) -> dict[str, str]:
+    """Tags of an experiment's child run: the classified discovery type beside the researcher's own label."""
+    from research.taxonomy import rejection_kind
+
+    tags = {"discovery_type": rec.discovery_type or "none", "proposed_type": rec.proposed_type or "none",
+            "decision": rec.decision, "commit": rec.commit or "", "branch": rec.branch or "",
+            "experiment": rec.experiment_id, "proposer": rec.proposer, "failure": (rec.failure or {}).get("cls", "")}
+    kind = rejection_kind(rec)
+    if kind:
+        tags["rejection"] = kind
+    if rec.lesson:
+        tags["lesson"] = tag_value(rec.lesson)
+    return tags
+
+
+def experiment_metrics(rec: Any) -> dict[str, float]:
+    """The evaluation's numeric metrics (MLflow-safe names), the delta and the paired test's numbers."""
+    out = {k.replace("@", "_at_"): v for k, v in numeric(rec.metrics or {}).items()}
+    if rec.delta is not None:
+        out["delta"] = float(rec.delta)
+    test = numeric({k: (rec.test or {}).get(k) for k in TEST_METRICS})
+    out.update({f"test_{k}": v for k, v in test.items()})
+    return out
 
 
 def start_parent_run(setup: Any, run_id: str, base_commit: str) -> str | None:
@@ -38,7 +73,8 @@ def start_parent_run(setup: Any, run_id: str, base_commit: str) -> str | None:
 
 
 def log_experiment(state: Any, rec: Any, run_dir: Path, run_id: str) -> None:
-    """A nested child run tagged with discovery type, decision, commit and branch; diff and proposal as artifacts."""
+    """A nested child run tagged with discovery type (classified and proposed), decision, commit, branch and lesson;
+    the metrics, delta and paired test as metrics; diff and proposal as artifacts."""
     pid = state.mlflow_parent_run_id
     try:
         from mlflow.tracking import MlflowClient
@@ -49,23 +85,20 @@ def log_experiment(state: Any, rec: Any, run_dir: Path, run_id: str) -> None:
         exp = c.get_run(pid).info.experiment_id
         child = c.create_run(exp, run_name=f"{run_id}-{rec.experiment_id}",
                              tags={"mlflow.parentRunId": pid}).info.run_id
-        for k, v in numeric(rec.metrics).items():
-            c.log_metric(child, k.replace("@", "_at_"), v)
+        for k, v in experiment_metrics(rec).items():
+            c.log_metric(child, k, v)
         if rec.eval_run_id:
             eval_dir = Path(run_dir) / "evals" / rec.experiment_id / rec.eval_run_id
             for name in ("predictions.jsonl", "metrics.json", "table.txt"):
                 if (eval_dir / name).exists():
                     c.log_artifact(child, str(eval_dir / name))
-        for k, v in {"discovery_type": rec.discovery_type or "none", "decision": rec.decision,
-                     "commit": rec.commit or "", "branch": rec.branch or "", "experiment": rec.experiment_id,
-                     "proposer": rec.proposer, "failure": (rec.failure or {}).get("cls", "")}.items():
+        for k, v in experiment_tags(rec).items():
             c.set_tag(child, k, v)
-        if rec.delta is not None:
-            c.log_metric(child, "delta", rec.delta)
         c.log_text(child, rec.diff or "(no diff)", "diff.patch")
         c.log_text(child, json.dumps({"hypothesis": rec.hypothesis, "discovery_type": rec.discovery_type,
-                                      "edits": rec.edits, "config_overrides": rec.config_overrides},
-                                     indent=2), "proposal.json")
+                                      "proposed_type": rec.proposed_type, "edits": rec.edits,
+                                      "config_overrides": rec.config_overrides, "test": rec.test,
+                                      "lesson": rec.lesson}, indent=2, default=str), "proposal.json")
         c.set_terminated(child, status="FAILED" if rec.decision in ("failed", "rejected") else "FINISHED")
         rec.mlflow_run_id = child
     except Exception as exc:

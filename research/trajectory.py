@@ -84,6 +84,10 @@ class ExperimentRecord:
     check: dict[str, Any] = field(default_factory=dict)  # the disjoint dev slice checked before the best ref moves
     lesson: str = ""  # one line the loop learned from this experiment (shown to the researcher)
     effective_key: str = ""  # hash of the live part of the resolved config plus the code diff (repeat detection)
+    eval_dir: str = ""  # the scored evaluation this record's value comes from, relative to the run folder
+    degraded: bool = False  # the decision's one definition of "worse" (research.decide); the state folds it
+    seed: int | None = None  # sampling seed of the proposal
+    subspace: list[str] = field(default_factory=list)  # hybrid: the levers the LLM handed to TPE
     version: int = TRAJECTORY_VERSION
 
     def to_json(self) -> str:

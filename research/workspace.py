@@ -24,21 +24,31 @@ worktree (on a weak sandbox: written any file there, replaced ``.git``). So:
   ``GIT_WORK_TREE``, so a replaced ``.git`` (own config, hooks, refs) is refused.
 - **Commits take only the mutable surface** (``harness.surface.MUTABLE_SURFACE``);
   see ``Workspace.commit``.
+
+A run can be killed (``kill -9``) between any two git commands, or inside one. Every step is
+therefore idempotent: ``create`` recreates an experiment's worktree and branch whatever a killed
+run left of them, ``prune`` removes stale worktrees (registered or only on disk, locked or not)
+and the branches they held, ``init_refs``/``move_best`` set refs whatever they held, and a lock
+file a killed git left on one of the run's refs is removed. A git failure that is left raises
+``WorkspaceError`` with git's own last line, never a raw ``GitCommandError``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Collection, Iterator
 
 import git
 
 from harness.surface import MUTABLE_SURFACE, in_surface
+from research.commit_check import NO_EXEC_DIFF, forbidden_in_commit
 from research.errors import ForbiddenEditError, WorkspaceError
+from research.stale_worktrees import AdminEntry, admin_entries, force_rmtree, inside, stale_ref_locks
 
 log = logging.getLogger(__name__)
 AUTHOR = git.Actor("memsys-autoresearch", "autoresearch@localhost")
@@ -52,12 +62,6 @@ SAFE_GIT_CONFIG: tuple[tuple[str, str], ...] = (
     ("gc.auto", "0"),
     ("maintenance.auto", "false"),
 )
-#: flags of every diff the Workspace runs: no external diff program, no textconv filter
-NO_EXEC_DIFF = ("--no-ext-diff", "--no-textconv")
-#: file modes a commit may hold inside the surface (regular, executable, symlink; 000000 = deleted)
-_ALLOWED_MODES = {"100644", "100755", "120000", "000000"}
-_SYMLINK = "120000"
-_MAX_SYMLINK_HOPS = 40
 
 
 def safe_git_env() -> dict[str, str]:
@@ -72,6 +76,37 @@ def safe_git_env() -> dict[str, str]:
 def _harden(repo: git.Repo, **extra: str) -> git.Repo:
     repo.git.update_environment(**safe_git_env(), **extra)
     return repo
+
+
+@contextmanager
+def git_errors(what: str) -> Iterator[None]:
+    """Turn a ``GitCommandError`` into a one-line ``WorkspaceError`` naming the step."""
+    try:
+        yield
+    except git.GitCommandError as exc:
+        raise WorkspaceError(f"{what}: {git_reason(exc)}") from exc
+
+
+def git_reason(exc: git.GitCommandError) -> str:
+    """The last line git printed (stderr, else stdout), without GitPython's framing."""
+    for stream in (exc.stderr, exc.stdout):
+        text = (stream or "").strip()
+        for prefix in ("stderr:", "stdout:"):
+            if text.startswith(prefix):
+                text = text[len(prefix):].strip().strip("'")
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return f"git exited with {exc.status}"
+
+
+@dataclass
+class Pruned:
+    """What ``Workspace.prune`` removed: worktree folders, experiment branches, stale lock files."""
+
+    worktrees: list[str] = field(default_factory=list)
+    branches: list[str] = field(default_factory=list)
+    locks: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -99,39 +134,85 @@ class Workspace:
 
     # ----------------------------------------------------------------- refs
     def head_commit(self) -> str:
-        return self.repo.head.commit.hexsha
+        with git_errors(f"cannot read HEAD of {self.root}"):
+            return self.repo.git.rev_parse("--verify", "HEAD^{commit}")
 
     def uncommitted_changes(self) -> list[str]:
         """Tracked files modified in the user's tree (they are NOT part of the run)."""
-        return [d.a_path for d in self.repo.index.diff(None)] + [d.a_path for d in self.repo.index.diff("HEAD")]
+        with git_errors(f"cannot read the status of {self.root}"):
+            return [d.a_path for d in self.repo.index.diff(None)] + [d.a_path for d in self.repo.index.diff("HEAD")]
 
     def init_refs(self, base_commit: str) -> None:
+        """Point the run's base and best refs at ``base_commit`` (again, if a killed start set them already)."""
         for ref in (self.base_ref, self.best_ref):
-            self.repo.git.update_ref(ref, base_commit)
+            self._set_ref(ref, base_commit)
 
     def best_commit(self) -> str:
-        return self.repo.git.rev_parse(self.best_ref)
+        with git_errors(f"no best commit for run {self.run_id} ({self.best_ref})"):
+            return self.repo.git.rev_parse("--verify", f"{self.best_ref}^{{commit}}")
 
     def move_best(self, commit: str) -> None:
-        self.repo.git.update_ref(self.best_ref, commit)
+        """Point the best ref at ``commit``; a no-op when it is there already."""
+        self._set_ref(self.best_ref, commit)
+
+    def _set_ref(self, ref: str, commit: str) -> None:
+        sha = self._commit_sha(commit)
+        what = f"cannot set {ref} to {sha[:12]}"
+        try:
+            self.repo.git.update_ref(ref, sha)
+        except git.GitCommandError as exc:
+            if not self._clear_stale_locks():  # a killed git's lock on one of our refs
+                raise WorkspaceError(f"{what}: {git_reason(exc)}") from exc
+            with git_errors(what):
+                self.repo.git.update_ref(ref, sha)
+
+    def _commit_sha(self, commit: str) -> str:
+        with git_errors(f"no commit {commit!r} in {self.root}"):
+            return self.repo.git.rev_parse("--verify", "--end-of-options", f"{commit}^{{commit}}")
+
+    def file_at(self, commit: str, path: str) -> str:
+        """The text of ``path`` in ``commit``'s tree (read from git, never from a worktree)."""
+        with git_errors(f"cannot read {path} at {commit[:12]}"):
+            return self.repo.git.show(f"{self._commit_sha(commit)}:{path}")
+
+    def tree_id(self, commit: str, path: str) -> str:
+        """The object id of ``path`` (a folder or file) in ``commit``'s tree: its content's identity."""
+        with git_errors(f"no {path} at {commit[:12]}"):
+            return self.repo.git.rev_parse("--verify", f"{self._commit_sha(commit)}:{path}")
+
+    def head_of(self, wt: Worktree) -> str:
+        """The commit checked out in the worktree (its ``.git`` checked first, see ``repo_at``)."""
+        with git_errors(f"cannot read HEAD of {wt.path}"):
+            return self.repo_at(wt.path).git.rev_parse("--verify", "HEAD^{commit}")
 
     def branch_name(self, experiment_id: str) -> str:
         return f"autoresearch/{self.run_id}/{experiment_id}"
 
     # ----------------------------------------------------------------- worktrees
     def create(self, experiment_id: str, from_commit: str) -> Worktree:
+        """A fresh worktree at ``<worktrees_dir>/<experiment_id>`` on a new branch at ``from_commit``.
+
+        Whatever a killed run left under that name (a worktree, locked or half-created, a folder
+        on disk, the branch itself) is removed first, so creating again always starts clean.
+        """
         path = self.worktrees_dir / experiment_id
         branch = self.branch_name(experiment_id)
-        if path.exists():  # left over from a crash
-            self.remove(path)
-        if branch in [h.name for h in self.repo.heads]:
-            self.repo.git.branch("-D", branch)
+        sha = self._commit_sha(from_commit)
+        self._git_prune()  # entries whose folder is gone (and not locked) go first
+        for entry in self._entries():
+            if entry.branch == branch and not self._owned(entry):
+                raise WorkspaceError(f"branch {branch} is checked out at {entry.path}, outside this run's "
+                                     f"worktrees: remove that worktree (git worktree remove) and resume")
+            if self._owned(entry) and (entry.branch == branch or _same_path(entry.path, path)):
+                self._remove_entry(entry)
+        force_rmtree(path)
+        self._git_prune()
+        if branch in self._run_branches():
+            self._delete_branch(branch)
         self.worktrees_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self.repo.git.worktree("add", "-b", branch, str(path), from_commit)
-        except git.GitCommandError as exc:
-            raise WorkspaceError(f"cannot create worktree {path}: {exc.stderr.strip().splitlines()[-1] if exc.stderr else exc}") from exc
-        return Worktree(path, branch, from_commit)
+        with git_errors(f"cannot create worktree {path}"):
+            self.repo.git.worktree("add", "-b", branch, str(path), sha)
+        return Worktree(path, branch, sha)
 
     def repo_at(self, path: Path) -> git.Repo:
         """A hook-less ``git.Repo`` of one of this repo's worktrees (use it for every git command there).
@@ -155,6 +236,17 @@ class Workspace:
             raise WorkspaceError(f"not a git worktree: {path}") from exc
         return _harden(repo, GIT_DIR=str(admin), GIT_WORK_TREE=str(path.resolve()))
 
+    def restore(self, wt: Worktree, commit: str | None = None) -> None:
+        """Put the worktree's files back: at its HEAD (``commit=None``: also the index), or at
+        ``commit``'s files on the same branch; untracked files are deleted either way."""
+        wrepo = self.repo_at(wt.path)
+        with git_errors(f"cannot restore worktree {wt.path}"):
+            if commit is None:
+                wrepo.git.reset("--hard", "HEAD")
+            else:
+                wrepo.git.checkout(commit, "--", ".")
+            wrepo.git.clean("-fd")
+
     def _admin_dir(self, path: Path) -> Path:
         """``<common git dir>/worktrees/<name>`` of the worktree at ``path`` (from git's own records)."""
         target = path.resolve()
@@ -177,10 +269,14 @@ class Workspace:
         surface, only regular files and symlinks, every symlink in the surface resolves
         inside the surface within the repo); if not, the branch is reset to the parent
         and ``ForbiddenEditError`` is raised naming the paths. ``ForbiddenEditError`` too
-        when the worktree's ``.git`` was replaced (``repo_at``). With
-        ``allow_empty=False`` and nothing to commit, git's ``GitCommandError`` propagates.
+        when the worktree's ``.git`` was replaced (``repo_at``). Any git failure (also
+        ``allow_empty=False`` with nothing to commit) raises ``WorkspaceError``.
         """
         wrepo = self.repo_at(wt.path)
+        with git_errors(f"commit on {wt.branch} failed"):
+            return self._commit_surface(wrepo, wt, message, allow_empty)
+
+    def _commit_surface(self, wrepo: git.Repo, wt: Worktree, message: str, allow_empty: bool) -> str:
         parent = wrepo.git.rev_parse("HEAD")
         wrepo.git.reset("-q")  # the index is HEAD again: nothing staged earlier rides along
         changed = _status_paths(wrepo)
@@ -205,64 +301,141 @@ class Workspace:
         wrepo.git.commit(*args, author=f"{AUTHOR.name} <{AUTHOR.email}>",
                          env={"GIT_COMMITTER_NAME": AUTHOR.name, "GIT_COMMITTER_EMAIL": AUTHOR.email})
         commit = wrepo.git.rev_parse("HEAD")
-        bad = self._forbidden_in_commit(wrepo, parent, commit)
+        bad = forbidden_in_commit(wrepo, parent, commit)
         if bad:
             wrepo.git.reset("-q", parent)  # branch and index back to the parent; files stay
             shown = ", ".join(bad[:10]) + (f" (+{len(bad) - 10} more)" if len(bad) > 10 else "")
             raise ForbiddenEditError(f"commit on {wt.branch} undone: outside the mutable surface: {shown}")
         return commit
 
-    def _forbidden_in_commit(self, wrepo: git.Repo, parent: str, commit: str) -> list[str]:
-        """Paths of ``parent..commit`` that may not be committed, each with the reason."""
-        bad: list[str] = []
-        raw = wrepo.git.diff_tree("-r", "-z", "--no-renames", "--no-commit-id", *NO_EXEC_DIFF, parent, commit,
-                                  strip_newline_in_stdout=False)
-        fields = raw.split("\0")
-        i = 0
-        while i + 1 < len(fields):
-            meta, path = fields[i], fields[i + 1]
-            i += 2
-            if not meta.startswith(":"):
-                continue
-            new_mode = meta[1:].split()[1]
-            if not in_surface(path, MUTABLE_SURFACE):
-                bad.append(path)
-            elif new_mode not in _ALLOWED_MODES:
-                bad.append(f"{path} (mode {new_mode})")
-        # every symlink in the committed surface must resolve, inside the repo, to the surface
-        # (all of them, since a new link can redirect an old one; a bad link the parent already had is not new)
-        before, after = _bad_symlinks(wrepo, parent), _bad_symlinks(wrepo, commit)
-        bad += [f"{link} -> {target}" for link, target in sorted(after.items()) if before.get(link) != target]
-        return bad
-
     def diff(self, base: str, commit: str) -> tuple[str, dict[str, int]]:
-        text = self.repo.git.diff(*NO_EXEC_DIFF, base, commit)
-        files = self.repo.git.diff(*NO_EXEC_DIFF, "--name-only", base, commit).split()
-        numstat = self.repo.git.diff(*NO_EXEC_DIFF, "--numstat", base, commit).splitlines()
+        with git_errors(f"cannot diff {base[:12]}..{commit[:12]}"):
+            text = self.repo.git.diff(*NO_EXEC_DIFF, base, commit)
+            files = self.repo.git.diff(*NO_EXEC_DIFF, "--name-only", base, commit).split()
+            numstat = self.repo.git.diff(*NO_EXEC_DIFF, "--numstat", base, commit).splitlines()
         ins = sum(int(l.split()[0]) for l in numstat if l.split()[0].isdigit())
         dels = sum(int(l.split()[1]) for l in numstat if l.split()[1].isdigit())
         return text, {"files": len(files), "insertions": ins, "deletions": dels}
 
     def changed_paths(self, base: str, commit: str) -> list[str]:
-        return [p for p in self.repo.git.diff(*NO_EXEC_DIFF, "--name-only", base, commit).split("\n") if p]
+        with git_errors(f"cannot diff {base[:12]}..{commit[:12]}"):
+            out = self.repo.git.diff(*NO_EXEC_DIFF, "--name-only", base, commit)
+        return [p for p in out.split("\n") if p]
 
     def remove(self, path: Path) -> None:
-        try:
-            self.repo.git.worktree("remove", "--force", str(path))
-        except git.GitCommandError:
-            shutil.rmtree(path, ignore_errors=True)
-            self.repo.git.worktree("prune")
+        """Remove one worktree (registered or not, locked or not); its branch stays: it is the journal.
+
+        Removing a worktree that is already gone is fine.
+        """
+        for entry in self._entries():
+            if self._owned(entry) and _same_path(entry.path, path):
+                self._remove_entry(entry)
+        force_rmtree(path)
+        self._git_prune()
+
+    def discard(self, wt: Worktree) -> None:
+        """Remove a scratch worktree and its branch (a helper checkout, not an experiment of the journal)."""
+        self.remove(wt.path)
+        self._delete_branch(wt.branch)
 
     def cleanup(self) -> int:
-        """Remove every worktree of this run (also those a crash left behind)."""
-        n = 0
-        if self.worktrees_dir.exists():
+        """Remove every worktree of this run (also those a crash left behind); returns how many."""
+        return len(self.prune().worktrees)
+
+    def prune(self, keep_branches: Collection[str] = ()) -> Pruned:
+        """Remove what a killed run left: stale worktrees, then the branches they held, then stale locks.
+
+        Stale worktrees are those git registered under ``worktrees_dir`` or on one of this run's
+        branches (locked, half-created, or already deleted on disk), and every folder left in
+        ``worktrees_dir``. Their experiment branches are deleted, except those of the experiment ids
+        in ``keep_branches`` (experiments the journal already holds: their branch is their history).
+        A worktree outside ``worktrees_dir`` that holds one of the run's branches is someone's own
+        checkout: it is left alone, and so is its branch. Call it only while no other process works
+        on this run (lock files on the run's refs are taken to be a killed process's).
+        """
+        out = Pruned()
+        out.locks = [str(p) for p in self._clear_stale_locks()]
+        held: set[str] = set()
+        for entry in self._entries():
+            if not self._owned(entry):
+                continue
+            self._remove_entry(entry)
+            out.worktrees.append(entry.path.name if entry.path else entry.admin.name)
+            if entry.branch or entry.path:  # a half-created worktree has no branch in HEAD yet
+                held.add(entry.branch or self.branch_name(entry.path.name))
+        if self.worktrees_dir.is_dir():
             for p in sorted(self.worktrees_dir.iterdir()):
-                if p.is_dir():
-                    self.remove(p)
-                    n += 1
-        self.repo.git.worktree("prune")
-        return n
+                force_rmtree(p)
+                if p.name not in out.worktrees:
+                    out.worktrees.append(p.name)
+                held.add(self.branch_name(p.name))
+        self._git_prune()
+        keep = {self.branch_name(e) for e in keep_branches}
+        foreign = {e.branch for e in self._entries() if e.branch}  # checked out elsewhere: not ours to delete
+        existing = self._run_branches()
+        for branch in sorted(held - keep - foreign):
+            if branch in existing:
+                self._delete_branch(branch)
+                out.branches.append(branch)
+        if out.worktrees or out.branches or out.locks:
+            log.info("pruned run %s: worktrees %s, branches %s, locks %s", self.run_id, out.worktrees, out.branches,
+                     out.locks)
+        return out
+
+    # ----------------------------------------------------------------- recovery helpers
+    def _entries(self) -> list[AdminEntry]:
+        return admin_entries(Path(self.repo.common_dir))
+
+    def _owned(self, entry: AdminEntry) -> bool:
+        """The worktree is this run's to remove: it lies in ``worktrees_dir``, or it holds one of the
+        run's branches and nothing of it is on disk (git never recorded where, or the folder is gone)."""
+        if entry.path is not None and inside(entry.path, self.worktrees_dir):
+            return True
+        ours = bool(entry.branch and entry.branch.startswith(self.branch_name("")))
+        return ours and (entry.path is None or not os.path.lexists(entry.path))
+
+    def _remove_entry(self, entry: AdminEntry) -> None:
+        """Remove one registered worktree, by git if git can, else by hand (what git would have removed)."""
+        if entry.path is not None:
+            try:  # -f -f: also a locked worktree, also one whose folder is gone
+                self.repo.git.worktree("remove", "--force", "--force", str(entry.path))
+            except git.GitCommandError as exc:
+                log.debug("git worktree remove %s: %s (removing it by hand)", entry.path, git_reason(exc))
+            force_rmtree(entry.path)
+        force_rmtree(entry.admin)
+
+    def _git_prune(self) -> None:
+        with git_errors("git worktree prune failed"):
+            self.repo.git.worktree("prune")
+
+    def _run_branches(self) -> set[str]:
+        with git_errors(f"cannot list the branches of run {self.run_id}"):
+            out = self.repo.git.for_each_ref("--format=%(refname:short)", f"refs/heads/{self.branch_name('')}")
+        return {line.strip() for line in out.splitlines() if line.strip()}
+
+    def _delete_branch(self, branch: str) -> None:
+        try:
+            self.repo.git.branch("-D", branch)
+        except git.GitCommandError as exc:
+            if branch not in self._run_branches():
+                return  # already gone
+            if not self._clear_stale_locks():
+                raise WorkspaceError(f"cannot delete branch {branch}: {git_reason(exc)}") from exc
+            with git_errors(f"cannot delete branch {branch}"):
+                self.repo.git.branch("-D", branch)
+
+    def _clear_stale_locks(self) -> list[Path]:
+        """Remove lock files a killed git left on this run's refs (and old shared ones); returns them."""
+        found = stale_ref_locks(Path(self.repo.common_dir), (f"refs/autoresearch/{self.run_id}",
+                                                             f"refs/heads/{self.branch_name('')}".rstrip("/")))
+        for p in found:
+            log.warning("removing a lock file left by a killed git: %s", p)
+            p.unlink(missing_ok=True)
+        return found
+
+
+def _same_path(a: Path | None, b: Path) -> bool:
+    return a is not None and _same(a, b)
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -277,56 +450,6 @@ def _status_paths(wrepo: git.Repo) -> list[str]:
     out = wrepo.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
                            "--ignore-submodules=all", strip_newline_in_stdout=False)
     return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
-
-
-def _symlinks(wrepo: git.Repo, commit: str) -> dict[str, str]:
-    """path -> target of every symlink in the commit's tree."""
-    out = wrepo.git.ls_tree("-r", "-z", "--full-tree", commit, strip_newline_in_stdout=False)
-    links: dict[str, str] = {}
-    for entry in out.split("\0"):
-        meta, _, path = entry.partition("\t")
-        parts = meta.split()
-        if len(parts) == 3 and parts[0] == _SYMLINK:
-            links[path] = wrepo.git.cat_file("blob", parts[2], strip_newline_in_stdout=False)
-    return links
-
-
-def _bad_symlinks(wrepo: git.Repo, commit: str) -> dict[str, str]:
-    """Symlinks in the surface of ``commit`` that resolve outside it (or outside the repo): path -> target."""
-    links = _symlinks(wrepo, commit)
-    bad = {}
-    for link, target in links.items():
-        if in_surface(link, MUTABLE_SURFACE):
-            end = _resolve(link, links)
-            if end is None or not in_surface(end, MUTABLE_SURFACE):
-                bad[link] = target
-    return bad
-
-
-def _resolve(path: str, links: dict[str, str]) -> str | None:
-    """Where ``path`` ends up once every symlink of the tree on the way is followed (None: outside the repo)."""
-    todo = path.split("/")
-    done: list[str] = []
-    hops = 0
-    while todo:
-        part = todo.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not done:
-                return None  # above the repository root
-            done.pop()
-            continue
-        done.append(part)
-        here = "/".join(done)
-        if here in links:
-            hops += 1
-            target = links[here]
-            if hops > _MAX_SYMLINK_HOPS or target.startswith("/") or posixpath.isabs(target) or "\0" in target:
-                return None
-            done.pop()
-            todo = target.split("/") + todo
-    return "/".join(done) or None
 
 
 #: what a scratch copy of the project holds: the code the loop edits and runs

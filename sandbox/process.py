@@ -53,6 +53,7 @@ _CLONE_NEWNET = 0x40000000
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP, _IFF_LOOPBACK, _IFF_RUNNING = 0x1, 0x8, 0x40
 _libc = ctypes.CDLL(None, use_errno=True)
+_PR_SET_PDEATHSIG = 1
 
 
 def _unshare_network(loopback: bool) -> None:
@@ -186,6 +187,9 @@ def _make_preexec(
             os.setgroups([])
             os.setgid(group if group is not None else user)
             os.setuid(user)
+        # last (a credential change clears it): the evaluation dies with the process that started it, so a
+        # loop killed with kill -9 leaves no orphan writing into its run folder while it is resumed
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return preexec
 

@@ -166,9 +166,12 @@ class LLMClient:
         json_mode: bool = False,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        seed: int | None = None,
     ) -> LLMReply:
         """One chat completion. With ``json_schema`` / ``json_mode`` the reply must be a
-        JSON object (``reply.parsed``), else :class:`LLMResponseFormatError`."""
+        JSON object (``reply.parsed``), else :class:`LLMResponseFormatError`. ``seed`` overrides the
+        configured one for this call (a sampling researcher varies it per step; it is part of the
+        cache key, so a replay of the same step gets the same reply)."""
         started = time.perf_counter()
         messages = [dict(m) for m in messages]
         max_tokens = self.cfg.max_tokens if max_tokens is None else max_tokens
@@ -178,7 +181,7 @@ class LLMClient:
         model_key = self.cfg.model if not self.cache_tag else f"{self.cfg.model}@{self.cache_tag}"
         key = request_key(
             model=model_key, messages=messages, response_format=response_format,
-            temperature=temperature, max_tokens=max_tokens, seed=self.cfg.seed,
+            temperature=temperature, max_tokens=max_tokens, seed=self.cfg.seed if seed is None else seed,
         )
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -200,8 +203,8 @@ class LLMClient:
         params: dict[str, Any] = {
             "model": self.cfg.model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
         }
-        if self.cfg.seed is not None:
-            params["seed"] = self.cfg.seed
+        if seed is not None or self.cfg.seed is not None:
+            params["seed"] = self.cfg.seed if seed is None else seed
         if response_format is not None:
             # the cache key keeps the OpenAI form; only the wire format depends on the server
             params["response_format"] = (

@@ -18,7 +18,9 @@ class Proposal:
     config_overrides: list[str] = field(default_factory=list)
     tokens: int = 0
     cost_usd: float = 0.0
-    trial_number: int | None = None  # optuna
+    trial_number: int | None = None  # optuna (earlier runs)
+    seed: int | None = None  # the sampling seed of the reply (LLM) or the sampler (TPE, random)
+    subspace: list[str] = field(default_factory=list)  # hybrid: the levers the LLM chose for TPE to tune
 
 
 @dataclass
@@ -41,6 +43,7 @@ class ResearchContext:
     failure_kind: str = ""  # retrieval | reader | "" (which kind of miss dominates the best evaluation)
     rule: str = ""  # the decision rule that fired last (why iterate / why pivot)
     memory: Any = None  # the resolved MemoryConfig at the best commit (levers, menu schema)
+    reader_free: bool = False  # the objective sees only the context: reader-only levers are dead
     seed: int = 0  # sampling seed of this step (recorded; replay goes through the reply cache)
 
 

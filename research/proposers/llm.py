@@ -1,8 +1,18 @@
-"""The LLM researcher: a structured proposal (JSON schema) per step; prompts are files."""
+"""The LLM researcher. Two output modes, one prompt layout (prompts are files):
+
+- ``menu``: a schema-constrained reply that can only name levers live in the best config, with
+  bounded values (research.levers.menu_schema). A 1.5B model cannot write working SEARCH/REPLACE
+  edits, but it can pick a lever that targets the failure it is shown.
+- ``code``: free SEARCH/REPLACE edits under memsys/ plus config overrides, for capable models.
+
+Replies are sampled at ``temperature`` > 0 with a per-step seed (recorded on the proposal), so runs
+explore while a replay of the same step hits the reply cache and stays exact.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 from string import Template
@@ -13,8 +23,9 @@ from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.trajectory import DISCOVERY_TYPES, Edit, ExperimentRecord
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
+MODES = ("menu", "code", "auto")
 
-PROPOSAL_SCHEMA: dict[str, Any] = {
+CODE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "hypothesis": {"type": "string"},
@@ -32,12 +43,28 @@ PROPOSAL_SCHEMA: dict[str, Any] = {
     },
     "required": ["hypothesis", "discovery_type", "config_overrides", "edits"],
 }
+PROPOSAL_SCHEMA = CODE_SCHEMA  # the name earlier versions used
 
 _MODES = {
     "new": "Propose a new hypothesis.",
-    "iterate": "The last attempt on the current hypothesis was ambiguous or worse: refine the SAME hypothesis ($hyp) with a different concrete change.",
-    "pivot": "Two attempts degraded the objective: the code is back at the best commit. Propose a NEW direction, different from the recent hypotheses.",
+    "iterate": "Refine the current hypothesis ($hyp) with a DIFFERENT concrete change: the last attempt on it "
+               "starts from where that attempt left off. Why: $rule",
+    "pivot": "Change direction: propose a hypothesis unlike the recent ones (the code is back at the best commit). "
+             "Why: $rule",
 }
+
+#: model names that get the menu under research.researcher.mode=auto
+_SMALL_MODEL = re.compile(r"(?<![\d.])(0\.5|1\.5|1|2|3)b\b", re.IGNORECASE)
+
+
+def pick_mode(mode: str, llm_cfg: Any) -> str:
+    """``auto``: the menu for the embedded model and other models of 3B parameters or fewer."""
+    if mode not in MODES:
+        raise ProposalFormatError(f"research.researcher.mode must be menu | code | auto, got {mode!r}")
+    if mode != "auto":
+        return mode
+    small = getattr(llm_cfg, "backend", "local") == "local" or bool(_SMALL_MODEL.search(getattr(llm_cfg, "model", "")))
+    return "menu" if small else "code"
 
 
 def _template(name: str) -> Template:
@@ -49,11 +76,9 @@ def history_lines(history: list[ExperimentRecord], limit: int = 8) -> str:
     for r in history[-limit:]:
         val = "failed" if r.objective_value is None else f"{r.objective_value:.4f}"
         delta = "" if r.delta is None else f" ({r.delta:+.4f})"
-        what = r.hypothesis or "baseline"
         ch = "; ".join(r.config_overrides)[:120]
-        fail = f" failure={r.failure.get('cls')}: {r.failure.get('message', '')[:80]}" if r.failure else ""
-        rows.append(f"- {r.experiment_id} [{r.decision}] {val}{delta} {r.discovery_type or ''}: {what[:160]}"
-                    + (f" | overrides: {ch}" if ch else "") + fail)
+        rows.append(f"- {r.experiment_id} [{r.decision}] {val}{delta}: {(r.hypothesis or 'baseline')[:120]}"
+                    + (f" | {ch}" if ch else "") + (f" | lesson: {r.lesson}" if r.lesson else ""))
     return "\n".join(rows) or "- (none yet)"
 
 
@@ -74,61 +99,90 @@ def parse_proposal(data: dict[str, Any]) -> Proposal:
 
 
 def proposal_json(p: Proposal) -> dict[str, Any]:
-    """A proposal in the schema's shape (what the model is shown as its own earlier reply)."""
+    """A proposal in the code schema's shape (what the model is shown as its own earlier reply)."""
     return {"hypothesis": p.hypothesis, "discovery_type": p.discovery_type, "expected_effect": p.expected_effect,
-            "config_overrides": list(p.config_overrides),
-            "edits": [asdict(e) for e in p.edits]}
+            "config_overrides": list(p.config_overrides), "edits": [asdict(e) for e in p.edits]}
+
+
+def mode_text(ctx: ResearchContext) -> str:
+    return Template(_MODES.get(ctx.mode, _MODES["new"])).safe_substitute(
+        hyp=repr(ctx.current_hypothesis or ""), rule=ctx.rule or "the loop's decision rule")
+
+
+def step_prompt(ctx: ResearchContext, template: str = "researcher_step.txt") -> str:
+    files = "\n\n".join(f"--- {p} ---\n{c}" for p, c in ctx.files.items()) or "(none)"
+    return _template(template).safe_substitute(
+        goal=ctx.goal or f"maximize {ctx.objective}", objective=ctx.objective, best=f"{ctx.best_value:.4f}",
+        journal=ctx.journal or history_lines(ctx.history), lessons=ctx.lessons or "(none yet)",
+        mode_instructions=mode_text(ctx), diagnosis=ctx.diagnosis or "(none yet)", preset=ctx.preset,
+        knobs=ctx.knobs, files=files, failure_kind=ctx.failure_kind or "unknown")
 
 
 class LLMProposer(Proposer):
     name = "llm"
 
-    def __init__(self, llm: Any, max_tokens: int = 1024):
-        self.llm, self.max_tokens = llm, max_tokens
+    def __init__(self, llm: Any, *, mode: str = "code", max_tokens: int = 1024, temperature: float | None = None,
+                 max_changes: int = 2):
+        if mode not in ("menu", "code"):
+            raise ProposalFormatError(f"LLMProposer mode must be menu or code, got {mode!r}")
+        self.llm, self.mode, self.max_tokens = llm, mode, max_tokens
+        self.temperature, self.max_changes = temperature, max_changes
 
-    def _ask(self, user: str, *, earlier: list[dict[str, str]] | None = None,
-             temperature: float | None = None) -> Proposal:
+    def _chat(self, messages: list[dict[str, str]], schema: dict[str, Any], *, seed: int | None,
+              temperature: float | None) -> Any:
         from harness.errors import LLMResponseFormatError
 
-        system = (PROMPTS / "researcher_system.txt").read_text(encoding="utf-8")
-        messages = [{"role": "system", "content": system}, *(earlier or []), {"role": "user", "content": user}]
         try:
-            reply = self.llm.chat(messages, json_schema=PROPOSAL_SCHEMA, max_tokens=self.max_tokens,
-                                  temperature=temperature)
+            return self.llm.chat(messages, json_schema=schema, max_tokens=self.max_tokens,
+                                 temperature=self.temperature if temperature is None else temperature, seed=seed)
         except LLMResponseFormatError as exc:
             raise ProposalFormatError(f"proposal is not valid JSON: {exc}") from exc
-        prop = parse_proposal(reply.parsed or {})
+
+    def _messages(self, user: str, earlier: list[dict[str, str]] | None = None) -> list[dict[str, str]]:
+        system = (PROMPTS / "researcher_system.txt").read_text(encoding="utf-8")
+        return [{"role": "system", "content": system}, *(earlier or []), {"role": "user", "content": user}]
+
+    def _ask(self, ctx: ResearchContext, user: str, *, earlier: list[dict[str, str]] | None = None,
+             temperature: float | None = None, seed_offset: int = 0) -> Proposal:
+        seed = ctx.seed * 100 + seed_offset
+        if self.mode == "menu":
+            from research.levers import menu_schema, parse_menu
+
+            reply = self._chat(self._messages(user, earlier), menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free),
+                               seed=seed, temperature=temperature)
+            data = reply.parsed or {}
+            overrides = parse_menu(data, ctx.memory)
+            why = str(data.get("why", "")).strip()
+            prop = Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", "hyperparameter_tuning",
+                            f"targets {data.get('targets', 'other')}: {why}"[:300], [], overrides)
+        else:
+            reply = self._chat(self._messages(user, earlier), CODE_SCHEMA, seed=seed, temperature=temperature)
+            prop = parse_proposal(reply.parsed or {})
         prop.tokens = reply.prompt_tokens + reply.completion_tokens
         prop.cost_usd = reply.cost_usd
+        prop.seed = seed
         return prop
 
     def step_prompt(self, ctx: ResearchContext) -> str:
-        mode = Template(_MODES[ctx.mode]).safe_substitute(hyp=repr(ctx.current_hypothesis or ""))
-        failures = "\n".join(
-            f"- {q['question']} | {q['gold']} | {q['prediction'][:80]} | {q['category']}" for q in ctx.failed_questions
-        ) or "- (none recorded)"
-        files = "\n\n".join(f"--- {p} ---\n{c}" for p, c in ctx.files.items()) or "(none)"
-        user = _template("researcher_step.txt").substitute(
-            objective=ctx.objective, best=f"{ctx.best_value:.4f}", history=history_lines(ctx.history),
-            mode_instructions=mode, diagnosis=ctx.diagnosis or "(none yet)", preset=ctx.preset, knobs=ctx.knobs, failures=failures, files=files,
-        )
-        return user
+        return step_prompt(ctx, "researcher_menu.txt" if self.mode == "menu" else "researcher_step.txt")
 
     def propose(self, ctx: ResearchContext) -> Proposal:
-        return self._ask(self.step_prompt(ctx))
+        return self._ask(ctx, self.step_prompt(ctx))
 
     def reconsider(self, ctx: ResearchContext, proposal: Proposal, dup: str, outcome: str,
                    tried: list[str], temperature: float) -> Proposal:
-        """Ask again after a proposal that repeats ``dup``, as a follow-up turn of the same
-        conversation (the model sees its own reply), sampled at ``temperature``."""
+        """Ask again after a proposal that repeats ``dup`` or has no effect, as a follow-up turn of
+        the same conversation (the model sees its own reply), at ``temperature``."""
         earlier = [{"role": "user", "content": self.step_prompt(ctx)},
                    {"role": "assistant", "content": json.dumps(proposal_json(proposal))}]
         user = _template("researcher_duplicate.txt").substitute(
             dup=dup, outcome=outcome, tried="\n".join(f"- {t}" for t in tried) or "- (none)")
-        return self._ask(user, earlier=earlier, temperature=temperature)
+        return self._ask(ctx, user, earlier=earlier, temperature=temperature, seed_offset=1 + len(tried))
 
     def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
+        if self.mode == "menu":
+            return None  # a lever change cannot be repaired by editing code
         user = _template("researcher_repair.txt").substitute(error=error, diff=diff[:4000] or "(no diff)")
-        rep = self._ask(user)
+        rep = self._ask(ctx, user, seed_offset=50)
         rep.hypothesis, rep.discovery_type = proposal.hypothesis, proposal.discovery_type
         return rep

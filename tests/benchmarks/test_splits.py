@@ -163,3 +163,59 @@ def test_configs_compose_as_hydra_group(tmp_path: Path):
                   directory=tmp_path)
     gallery = benchmark_config(cfg.benchmark)
     assert gallery.name == "memgallery" and gallery.seed == 7 and gallery.samples["medium"] == 100
+
+
+@needs_data
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("sample", ["tiny", "small", "half"])
+def test_complement_is_a_disjoint_stratified_slice_of_the_same_size(name, sample):
+    b = load_benchmark(name)
+    dev = select(b, "dev")
+    chosen = select(b, "dev", sample)
+    other = select(b, "dev", sample, complement=True)
+    ids, other_ids = {q.id for q in chosen.questions}, {q.id for q in other.questions}
+    assert not ids & other_ids
+    assert len(other_ids) == len(ids) == load_benchmark_config(name).samples[sample]
+    assert other_ids <= {q.id for q in dev.questions}
+    assert [q.id for q in select(b, "dev", sample, complement=True).questions] == [q.id for q in other.questions]
+    assert (other.split, other.sample) == ("dev", f"{sample}-complement")
+    # stratified: every category, each near its share of dev
+    total = len(dev.questions)
+    for cat in {q.category for q in dev.questions}:
+        share = sum(q.category == cat for q in dev.questions) * len(other_ids) / total
+        got = sum(q.category == cat for q in other.questions)
+        assert got >= 1 and abs(got - share) <= 2, (cat, got, share)
+    # conversations keep every turn; those left without questions are dropped
+    for c in other.conversations:
+        assert c.questions and c.sessions == dev.conversation(c.id).sessions
+
+
+@needs_data
+def test_the_complement_of_half_is_the_other_half():
+    b = load_benchmark("locomo")
+    halves = select(b, "dev", "half"), select(b, "dev", "half", complement=True)
+    assert {q.id for h in halves for q in h.questions} == {q.id for q in select(b, "dev").questions}
+
+
+@needs_data
+def test_complement_of_the_whole_split_is_refused():
+    b = load_benchmark("locomo")
+    for sample in (None, "full"):
+        with pytest.raises(ConfigError, match="leaves no disjoint dev slice"):
+            select(b, "dev", sample, complement=True)
+    cfg = load_benchmark_config("locomo")
+    zero = BenchmarkConfig(**{**cfg.__dict__, "samples": {**cfg.samples, "everything": 0}})
+    with pytest.raises(ConfigError, match="'everything' of locomo is the whole split"):
+        select(b, "dev", "everything", config=zero, complement=True)
+    with pytest.raises(ConfigError, match="unknown sample 'huge'"):
+        select(b, "dev", "huge", complement=True)
+
+
+@needs_data
+def test_complement_smaller_than_the_sample_when_the_split_runs_out():
+    b = load_benchmark("locomo")
+    cfg = load_benchmark_config("locomo")
+    big = BenchmarkConfig(**{**cfg.__dict__, "samples": {"most": 250}})
+    other = select(b, "dev", "most", config=big, complement=True)
+    assert len(other.questions) == 304 - 250
+    assert not {q.id for q in other.questions} & {q.id for q in select(b, "dev", "most", config=big).questions}

@@ -65,7 +65,7 @@ def test_sandbox_attacks(backend: str, work: Path, token: str) -> None:
     rr = A.run_group("sandbox", backend, work, token)
     assert rr.state.sandbox["backend"] == backend and rr.state.sandbox["weak"] is False
     base = rr.baseline
-    assert base.decision == "baseline" and base.objective == "recall_at_10" and 0 < base.objective_value < 1
+    assert base.decision == "baseline" and base.objective == "context_recall" and 0 < base.objective_value < 1
     results = _report(rr)
     for name, (outcome, problems) in results.items():
         assert problems == [], f"{name} ({outcome})"
@@ -114,7 +114,7 @@ def test_surface_attacks(backend: str, work: Path, token: str) -> None:
     for name in ("7a-preset-package", "7b-preset-defaults"):
         rec = rr.records[name]
         assert rec.failure["cls"] == "forbidden_edit" and rec.failure["stage"] == "apply", rec.failure
-        assert rec.eval_run_id is None and rec.objective == "recall_at_10"
+        assert rec.eval_run_id is None and rec.objective == "context_recall"
     assert "@package" in rr.records["7a-preset-package"].failure["message"]
     assert "defaults entry" in rr.records["7b-preset-defaults"].failure["message"]
     assert A.check_run(rr) == []

@@ -15,7 +15,6 @@ from benchmarks.datasets import load_benchmark
 from benchmarks.splits import select
 from harness.errors import ConfigError
 from research.config import load_run_setup
-from research.context import build_context
 from research.loop import ResearchLoop
 from research.report import write_report
 from tests.support.loop import IMPROVE, git, scripted_opener, scripted_setup
@@ -44,21 +43,22 @@ def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, loco
         loop = ResearchLoop(setup, "conf", llm_opener=scripted_opener(server))
         st = loop.run()
     c = st.confirmation
-    assert c["split"] == "test" and c["sample"] == "tiny" and c["objective"] == "recall_at_10"
+    assert c["split"] == "test" and c["sample"] == "tiny" and c["objective"] == "context_recall"
     assert c["runs"]["baseline"]["ok"] and c["runs"]["best"]["ok"]
     assert c["runs"]["best"]["commit"] == st.best_commit != st.base_commit
     assert c["dev"] == {"baseline": loop.records[0].objective_value, "best": st.best_value}
     # the test figures are the test split's questions, scored by the trusted side
     test_ids = {q.id for q in select(load_benchmark("locomo"), "test", "tiny").questions}
+    folders = sorted((runs / "conf" / "evals").glob("confirm-best-*"))  # evals/<exp-id>-<key>/<eval-run-id>/
+    assert len(folders) == 1 and len(list((runs / "conf" / "evals").glob("confirm-baseline-*"))) == 1
     rows = [json.loads(line) for line in
-            (runs / "conf" / "evals" / "confirm-best" / c["runs"]["best"]["eval_run_id"] / "predictions.jsonl")
-            .read_text().splitlines()]
+            (folders[0] / c["runs"]["best"]["eval_run_id"] / "predictions.jsonl").read_text().splitlines()]
     assert {r["question_id"] for r in rows} == test_ids
     dev_ids = {q.id for q in select(load_benchmark("locomo"), "dev", "tiny").questions}
     assert not test_ids & dev_ids
     assert json.loads((runs / "conf" / "confirmation.json").read_text()) == c
     # never shown to the researcher: its context holds no test figure and no confirm run
-    ctx = build_context(loop.state, loop.records, loop.setup, loop.preset, loop.run_dir)
+    ctx = loop.context()
     text = json.dumps(ctx.__dict__, default=str)
     assert "confirm" not in text and c["runs"]["best"]["eval_run_id"] not in text
     assert all(not r.experiment_id.startswith("confirm") for r in loop.records)

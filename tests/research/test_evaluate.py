@@ -41,7 +41,7 @@ def test_retrieval_only_run_writes_the_run_folder(locomo_path):
     rows = [json.loads(l) for l in (res.run_dir / PREDICTIONS).read_text().splitlines()]
     assert res.n_questions == len(rows) == 12 and res.n_errors == 0
     assert len({r["question_id"] for r in rows}) == 12
-    assert res.objective == "recall_at_10" and 0.0 <= res.objective_value <= 1.0
+    assert res.objective == "context_recall" and 0.0 <= res.objective_value <= 1.0
     m = json.loads((res.run_dir / "metrics.json").read_text())
     assert m["n"] == 12 and "recall_at_5" in m and "context_tokens" in m
     assert all(r["retrieved_ids"] and r["context_tokens"] > 0 for r in rows)

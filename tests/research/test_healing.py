@@ -31,6 +31,7 @@ FIRST_ACTION = {
     FailureClass.INVALID_METRIC: "give_up",
     FailureClass.FORBIDDEN_EDIT: "give_up",
     FailureClass.IDENTICAL_CONDITIONS: "give_up",  # healed at the propose stage, never after an evaluation
+    FailureClass.NO_EFFECT: "give_up",  # screened before any evaluation
     FailureClass.INFRASTRUCTURE: "retry",
     FailureClass.UNKNOWN: "give_up",
 }

@@ -1,7 +1,7 @@
 """End to end: the research loop on a throwaway git repo, proposals from a scripted OpenAI server.
 
 Real pieces: git worktrees and refs, the process sandbox running ``benchmarks.cli eval`` on the
-LoCoMo tiny sample (reader=none: retrieval metrics only, objective recall@10), the openai SDK over
+LoCoMo tiny sample (reader=none: no LLM reader, objective context_recall), the openai SDK over
 HTTP to :class:`OpenAITestServer`. Only the researcher's replies are scripted.
 """
 
@@ -33,8 +33,6 @@ def server() -> Iterator[OpenAITestServer]:
 opener_for = scripted_opener
 
 
-
-
 def load_state(run_dir: Path) -> LoopState:
     return LoopState.load(run_dir)
 
@@ -54,10 +52,14 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     scorer_before = (repo / SCORER).read_text(encoding="utf-8")
     # the second degradation must differ from the first: an identical proposal is sent back as a duplicate
     DEGRADE_AGAIN = {**DEGRADE, "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=3", "retrieval.dense_k=3"]}
+    DEGRADE_MORE = {**DEGRADE, "hypothesis": "a mid-sized dense list is precise enough",
+                    "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=4", "retrieval.dense_k=4"]}
+    # failed and rejected experiments do not spend the budget (4 evaluations): a sixth proposal is asked for
     server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE_AGAIN),
-                   Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN))
+                   Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN),
+                   Reply.of_json(DEGRADE_MORE))
     events: list[tuple[str, dict[str, Any]]] = []
-    loop = ResearchLoop(scripted_setup(repo, 5), run_id, llm_opener=opener_for(server),
+    loop = ResearchLoop(scripted_setup(repo, 4), run_id, llm_opener=opener_for(server),
                         on_event=lambda k, d: events.append((k, d)))
     st = loop.run()
     run_dir = runs / run_id
@@ -65,45 +67,65 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     # --- journal
     records, warnings = read_trajectory(run_dir, strict=True)
     assert warnings == []
-    assert [r.experiment_id for r in records] == [f"exp-{i:03d}" for i in range(6)]
-    assert [r.decision for r in records] == ["baseline", "proceed", "iterate", "pivot", "failed", "rejected"]
-    assert [r.proposer for r in records] == ["baseline"] + ["llm"] * 5
-    base, imp, deg1, deg2, bad, forb = records
-    assert base.commit == head and base.objective == "recall_at_10"
+    assert [r.experiment_id for r in records] == [f"exp-{i:03d}" for i in range(7)]
+    assert [r.decision for r in records] == ["baseline", "proceed", "iterate", "pivot", "failed", "rejected", "iterate"]
+    assert [r.proposer for r in records] == ["baseline"] + ["llm"] * 6
+    base, imp, deg1, deg2, bad, forb, more = records
+    assert base.commit == head and base.objective == "context_recall"
     assert 0.0 <= base.objective_value < 1.0
     assert imp.objective_value > base.objective_value * 1.005
     assert imp.best_before == base.objective_value and imp.delta == pytest.approx(imp.objective_value - base.objective_value)
     assert imp.config_overrides == IMPROVE["config_overrides"] and imp.parent_commit == head
     assert "configs/memory/naive.yaml" in imp.diff and imp.diff_stats["files"] == 1
+    # proceed: a significant paired gain that held on the disjoint dev slice
+    assert imp.test["p_better"] < 0.05 and imp.test["mean_delta"] == pytest.approx(imp.delta)
+    assert imp.check["passed"] is True and (run_dir / imp.check["eval_dir"] / "result.json").is_file()
     for r in (deg1, deg2):
-        assert r.parent_commit == imp.commit  # iterations start from the best commit
-        assert r.objective_value < imp.objective_value and r.delta < 0
-        assert r.failure is None
+        assert r.parent_commit == imp.commit  # deg1 degraded: the iteration starts from the best commit again
+        assert r.objective_value < imp.objective_value and r.delta < 0 and r.degraded
+        assert r.failure is None and r.test["p_worse"] < 0.05 and r.check == {}
+    assert "2 consecutive significant degradations" in deg2.notes
     assert bad.failure["stage"] == "propose" and bad.objective_value is None and bad.commit is None
+    assert bad.failure["cls"] == "format_mismatch" and bad.durations.get("eval_s") is None
     assert forb.failure["cls"] == "forbidden_edit" and forb.failure["stage"] == "apply"
-    assert forb.objective_value is None and forb.eval_run_id is None
+    assert forb.objective_value is None and forb.eval_run_id is None and forb.eval_dir == "" and forb.screen == {}
+    assert more.parent_commit == imp.commit and more.config_overrides == DEGRADE_MORE["config_overrides"]
     assert all(r.tokens > 0 for r in records[1:] if r.decision != "failed")
+    # reader=none: the reader-free screen is the evaluation; every evaluated change reached the context
+    for r in (imp, deg1, deg2, more):
+        assert r.screen["verdict"] == "changed" and r.screen["changed"] > 0 and r.screen["comparable"] is True
+        assert r.screen["context_recall"] == r.objective_value
+        assert r.eval_dir.startswith(f"evals/{r.experiment_id}-screen-") and r.eval_run_id == f"{run_id}-{r.experiment_id}-screen"
+        assert (run_dir / r.eval_dir / "result.json").is_file()
+    assert (run_dir / base.eval_dir / "result.json").is_file() and base.eval_dir.startswith("evals/exp-000-")
+    # nothing was evaluated for the failed and the refused experiment
+    assert not list((run_dir / "evals").glob("exp-004*")) and not list((run_dir / "evals").glob("exp-005*"))
 
     # --- the researcher saw the loop's modes
     prompts = [b["messages"][-1]["content"] for b in server.chat_requests]
-    assert len(prompts) == 5 and server.pending == 0
+    assert len(prompts) == 6 and server.pending == 0
     assert "Propose a new hypothesis" in prompts[0] and "Propose a new hypothesis" in prompts[1]
-    assert "refine the SAME hypothesis" in prompts[2] and DEGRADE["hypothesis"] in prompts[2]
-    assert "NEW direction" in prompts[3]
-    assert "exp-001 [proceed]" in prompts[3]
+    assert "Refine the current hypothesis" in prompts[2] and DEGRADE["hypothesis"] in prompts[2]
+    assert "exp-002 [iterate " in prompts[2]
+    for p in prompts[3:]:
+        assert "Change direction" in p and "exp-001 [proceed " in p
+    assert "2 consecutive significant degradations" in prompts[3]
+    assert "exp-004 [failed] " in prompts[4] and "failed at propose (format_mismatch" in prompts[4]
+    assert "exp-005 [rejected] " in prompts[5] and "2 failed or rejected attempts in a row" in prompts[5]
 
     # --- state and refs
-    assert st.status == "finished" and "experiment budget spent (5/5)" in st.stop_reason
+    assert st.status == "finished" and st.stop_reason == "experiment budget spent (4/4 evaluated)"
     saved = load_state(run_dir)
     assert saved.best_value == pytest.approx(imp.objective_value)
     assert saved.best_commit == imp.commit and saved.base_commit == head
-    assert saved.next_index == 6
+    assert saved.next_index == 7 and saved.evaluated == 4 and saved.proposals == 6
     assert saved.pivots == 2  # the pivot decision, then failed + rejected in a row
     assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == imp.commit
     assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/base") == head
     branches = git(repo, "branch", "--list", f"autoresearch/{run_id}/*", "--format=%(refname:short)").split()
-    assert branches == [f"autoresearch/{run_id}/exp-{i:03d}" for i in (0, 1, 2, 3, 5)]  # exp-004 never got a worktree
-    for r in (imp, deg1, deg2, forb):
+    # exp-004 never got a worktree; the check slice's scratch checkout of the best leaves no branch
+    assert branches == [f"autoresearch/{run_id}/exp-{i:03d}" for i in (0, 1, 2, 3, 5, 6)]
+    for r in (imp, deg1, deg2, forb, more):
         assert git(repo, "rev-parse", r.branch) == r.commit
     assert git(repo, "show", f"{imp.commit}:configs/memory/naive.yaml").count("set_union") == 1
 
@@ -117,7 +139,6 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     # --- hygiene
     assert_clean(repo, run_dir)
     assert git(repo, "rev-parse", "HEAD") == head
-    assert (run_dir / "evals" / "exp-001" / "result.json").exists()
     assert [d["record"].experiment_id for k, d in events if k == "experiment"] == [r.experiment_id for r in records]
 
 
@@ -127,7 +148,7 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     head = git(repo, "rev-parse", "HEAD")
     server.enqueue(Reply.of_json(IMPROVE))
     st = ResearchLoop(scripted_setup(repo, 1), run_id, llm_opener=opener_for(server)).run()
-    assert "experiment budget spent (1/1)" in st.stop_reason
+    assert st.stop_reason == "experiment budget spent (1/1 evaluated)"
     records, _ = read_trajectory(run_dir)
     assert [r.decision for r in records] == ["baseline", "proceed"]
     proceed_commit = records[1].commit
@@ -151,26 +172,29 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     assert len(read_trajectory(run_dir)[1]) == 1  # the warning about the cut line
 
     cfg = json.loads((run_dir / "config.json").read_text())
-    cfg["config"]["research"]["budget"]["experiments"] = 3
+    cfg["config"]["research"]["budget"]["experiments"] = 2
     (run_dir / "config.json").write_text(json.dumps(cfg))
 
-    # exp-002: a reply that is not JSON (failed, no evaluation); exp-003: a forbidden edit (rejected)
-    server.enqueue(Reply.ok("not json at all"), Reply.of_json(FORBIDDEN))
+    # exp-002: a reply that is not JSON (failed, no evaluation); exp-003: a forbidden edit (rejected);
+    # neither spends the budget, so exp-004 (evaluated) is the second experiment the budget counts
+    server.enqueue(Reply.ok("not json at all"), Reply.of_json(FORBIDDEN), Reply.of_json(DEGRADE))
     loop = ResearchLoop.from_run(run_id, llm_opener=opener_for(server))
-    assert loop.resume and loop.setup.research.budget.experiments == 3
+    assert loop.resume and loop.setup.research.budget.experiments == 2
     st = loop.run()
 
     records, warnings = read_trajectory(run_dir, strict=True)  # strict: the cut line is gone
     assert warnings == []
     ids = [r.experiment_id for r in records]
-    assert ids == ["exp-000", "exp-001", "exp-002", "exp-003"] and len(set(ids)) == len(ids)
-    assert [r.decision for r in records] == ["baseline", "proceed", "failed", "rejected"]
-    assert records[2].parent_commit == proceed_commit and records[3].parent_commit == proceed_commit
-    assert st.status == "finished" and "(3/3)" in st.stop_reason
+    assert ids == ["exp-000", "exp-001", "exp-002", "exp-003", "exp-004"] and len(set(ids)) == len(ids)
+    assert [r.decision for r in records] == ["baseline", "proceed", "failed", "rejected", "iterate"]
+    assert all(r.parent_commit == proceed_commit for r in records[2:])
+    assert records[4].config_overrides == DEGRADE["config_overrides"] and records[4].objective_value is not None
+    assert st.status == "finished" and "(2/2 evaluated)" in st.stop_reason
     saved = load_state(run_dir)
-    assert saved.next_index == 4
+    assert saved.next_index == 5 and saved.evaluated == 2 and saved.proposals == 4
+    assert saved.pivots == 1  # the failed + rejected pair, folded again from the journal
     assert saved.best_commit == proceed_commit  # reconciled from the journal
     assert saved.best_value == pytest.approx(records[1].objective_value)
     assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == proceed_commit
-    assert server.pending == 0 and len(server.chat_requests) == 3
+    assert server.pending == 0 and len(server.chat_requests) == 4
     assert_clean(repo, run_dir)

@@ -7,13 +7,15 @@ then replayed from its base commit and every replayed number must equal the reco
 exactly. A second, reader=llm run goes through the same scripted server with the LLM response
 cache on, so its replay answers from the cache and matches too.
 
-Recorded run (module fixture, 4 evaluations):
+Recorded run (module fixture, 3 evaluations after the baseline; rejected and failed experiments do
+not spend the budget, so the run ends at the proposal cap, research.loop.max_proposals_factor=1 x 6):
 
     exp-000 baseline  naive preset: dense_only, top_k 5
     exp-001 proceed   code edit (SEARCH/REPLACE in configs/memory/naive.yaml): set_union, top_k 10
-    exp-002 proceed   config override: bm25_only, sparse_k 10
-    exp-003 iterate   config override: top_k 2, sparse_k 2 (degrades)
-    exp-004 iterate   a code edit without effect (a YAML comment): metrics identical to the parent
+    exp-002 proceed   config override: a far deeper hybrid list (top_k, dense_k, sparse_k 40)
+    exp-003 iterate   config override: top_k 2, sparse_k 2 (a significant degradation)
+    exp-004 rejected  a code edit without effect (a YAML comment): the effective config and code of exp-002,
+                      already evaluated (identical_conditions, never evaluated again)
     exp-005 failed    the researcher's reply is not JSON (nothing to re-apply)
     exp-006 rejected  an edit of the scorer (outside the mutable surface)
 """
@@ -58,11 +60,12 @@ CODE_EDIT = {
                "search": "  top_k: 5\n  dense_k: 5\n  sparse_k: 5\n  merge: dense_only\n",
                "replace": "  top_k: 10\n  dense_k: 5\n  sparse_k: 5\n  merge: set_union\n"}],
 }
+# significant on the tiny sample's 12 questions: it adds the evidence of 5 questions and loses none
 IMPROVE = {
-    "hypothesis": "BM25 alone matches LoCoMo's lexical questions better",
+    "hypothesis": "a far deeper hybrid list reaches the evidence the first ten candidates miss",
     "discovery_type": "hyperparameter_tuning",
-    "expected_effect": "recall@10 up",
-    "config_overrides": ["retrieval.merge=bm25_only", "retrieval.sparse_k=10"],
+    "expected_effect": "context recall up",
+    "config_overrides": ["retrieval.top_k=40", "retrieval.dense_k=40", "retrieval.sparse_k=40"],
     "edits": [],
 }
 DEGRADE = {
@@ -79,14 +82,17 @@ NO_EFFECT = {
     "config_overrides": [],
     "edits": [{"path": PRESET, "search": "name: naive\n", "replace": "name: naive  # where the research starts\n"}],
 }
-RECORDED_DECISIONS = ["baseline", "proceed", "proceed", "iterate", "iterate", "failed", "rejected"]
-EVALUATED = ("exp-000", "exp-001", "exp-002", "exp-003", "exp-004")
+RECORDED_DECISIONS = ["baseline", "proceed", "proceed", "iterate", "rejected", "failed", "rejected"]
+EVALUATED = ("exp-000", "exp-001", "exp-002", "exp-003")
 
 
 # --------------------------------------------------------------------------- helpers
 opener_for = scripted_opener
 
 
+def evals_of(run_dir: Path, experiment_id: str) -> list[Path]:
+    """Evaluation folders of one experiment (``evals/<exp-id><tag>-<key>``)."""
+    return sorted((run_dir / "evals").glob(f"{experiment_id}-*"))
 
 
 def by_id(records: list[ExperimentRecord]) -> dict[str, ExperimentRecord]:
@@ -100,7 +106,7 @@ def stable(metrics: dict[str, Any]) -> dict[str, Any]:
 def check_schema(line: dict[str, Any]) -> None:
     """The parts of research/trajectory.schema.json a record can violate (no jsonschema dependency)."""
     kinds = {"string": str, "integer": int, "number": (int, float), "object": dict, "array": list,
-             "null": type(None)}
+             "boolean": bool, "null": type(None)}
     missing = [k for k in SCHEMA["required"] if k not in line]
     assert not missing, f"record lacks {missing}"
     for key, rule in SCHEMA["properties"].items():
@@ -161,10 +167,11 @@ def recorded(repo: Path, runs: Path) -> dict[str, Any]:
         server.enqueue(Reply.of_json(CODE_EDIT), Reply.of_json(IMPROVE), Reply.of_json(DEGRADE),
                        Reply.of_json(NO_EFFECT), Reply.ok("raise top_k, I think. {not json"), Reply.of_json(FORBIDDEN))
         head = git(repo, "rev-parse", "HEAD")
-        st = ResearchLoop(scripted_setup(repo, 6), "rec", llm_opener=opener_for(server)).run()
+        st = ResearchLoop(scripted_setup(repo, 6, "research.loop.max_proposals_factor=1"), "rec",
+                          llm_opener=opener_for(server)).run()
         assert server.pending == 0
     records, warnings = read_trajectory(runs / "rec", strict=True)
-    assert warnings == [] and "experiment budget spent (6/6)" in st.stop_reason
+    assert warnings == [] and st.stop_reason == "proposal cap reached (6 proposals, 3 evaluated)"
     assert [r.decision for r in records] == RECORDED_DECISIONS, [(r.experiment_id, r.decision, r.objective_value, r.failure) for r in records]
     return {"run_id": "rec", "dir": runs / "rec", "records": records, "head": head, "state": st}
 
@@ -181,7 +188,7 @@ def test_replay_reproduces_every_metric_and_decision(recorded: dict[str, Any], r
     assert replayed == recorded["dir"].parent / "rep"
     rj = replay_json(replayed)
     assert rj["original_run_id"] == "rec" and rj["only"] == "all" and rj["overrides"] == [] and rj["warnings"] == []
-    assert rj["objective"] == "recall_at_10"
+    assert rj["objective"] == "context_recall"
     assert rj["original_wall_s"] == pytest.approx(recorded["state"].elapsed_s)
     assert 0 < rj["wall_s"]
     steps = {s["experiment_id"]: s for s in rj["steps"]}
@@ -199,14 +206,22 @@ def test_replay_reproduces_every_metric_and_decision(recorded: dict[str, Any], r
         assert r.objective_value == o.objective_value and r.decision == o.decision
         assert stable(r.metrics) == stable(o.metrics)  # exact: reader=none is deterministic
         assert set(r.metrics) == set(o.metrics)
-        assert r.eval_run_id and (replayed / "evals" / exp / "result.json").is_file()
+        assert r.eval_run_id and r.eval_dir.startswith(f"evals/{exp}-") and (replayed / r.eval_dir / "result.json").is_file()
         # the same code: the replayed commit has the recorded commit's tree
         assert tree(repo, r.commit) == tree(repo, o.commit)
-    # the values really moved: two proceeds, then a degradation, then no effect at all
+    # the values really moved: two proceeds, then a degradation
     v = [orig[e].objective_value for e in EVALUATED]
-    assert v[0] < v[1] < v[2] and v[3] < v[2] and v[4] == v[2]
-    assert stable(orig["exp-004"].metrics) == stable(orig["exp-002"].metrics)
-    assert rep["exp-004"].notes == orig["exp-004"].notes  # e.g. "metrics identical to the parent ...; ambiguous ..."
+    assert v[0] < v[1] < v[2] and v[3] < v[2]
+    assert orig["exp-003"].degraded and rep["exp-003"].degraded  # so exp-004 started from the best (exp-002) again
+    # the YAML comment is exp-002's effective config and code: rejected again after apply, never evaluated
+    s4 = steps["exp-004"]
+    assert s4["status"].startswith("rejected: identical_conditions: repeats exp-002") and s4["holds"] is True
+    assert s4["recorded"] is None and s4["replayed"] is None and s4["delta"] is None
+    for run in (orig, rep):
+        r = run["exp-004"]
+        assert r.failure["stage"] == "apply" and r.effective_key == run["exp-002"].effective_key
+        assert r.notes == f"known value {v[2]:.4f}" and "name: naive  # where the research starts" in r.diff
+    assert evals_of(recorded["dir"], "exp-004") == [] and evals_of(replayed, "exp-004") == []
     assert rep["exp-001"].delta == pytest.approx(v[1] - v[0]) and rep["exp-003"].delta < 0
     assert "configs/memory/naive.yaml" in rep["exp-001"].diff and rep["exp-001"].diff_stats["files"] == 1
 
@@ -214,12 +229,12 @@ def test_replay_reproduces_every_metric_and_decision(recorded: dict[str, Any], r
     s5 = steps["exp-005"]
     assert s5["status"].startswith("skipped: nothing to re-apply") and s5["replayed"] is None
     assert s5["holds"] is None and rep["exp-005"].decision == "failed" and rep["exp-005"].eval_run_id is None
-    assert not (replayed / "evals" / "exp-005").exists()
+    assert evals_of(replayed, "exp-005") == []
     # the forbidden edit is refused again, before any evaluation
     s6 = steps["exp-006"]
     assert s6["status"].startswith("rejected: ") and "outside the mutable surface" in s6["status"]
     assert s6["replayed_decision"] == "rejected" and s6["holds"] is True
-    assert rep["exp-006"].failure["cls"] == "forbidden_edit" and not (replayed / "evals" / "exp-006").exists()
+    assert rep["exp-006"].failure["cls"] == "forbidden_edit" and evals_of(replayed, "exp-006") == []
 
     # the replay's journal: valid, in order, linked to its own run
     assert warnings == []
@@ -227,7 +242,7 @@ def test_replay_reproduces_every_metric_and_decision(recorded: dict[str, Any], r
     assert [d["experiment_id"] for d in lines] == list(steps)
     for d in lines:
         check_schema(d)
-        assert d["run_id"] == "rep" and d["proposer"] == "replay"
+        assert d["run_id"] == "rep" and d["proposer"] == ("baseline" if d["index"] == 0 else "replay")
     assert [r.decision for r in records] == RECORDED_DECISIONS
     assert rep["exp-002"].parent_commit == rep["exp-001"].commit  # applied on the replayed best
     assert rep["exp-003"].parent_commit == rep["exp-002"].commit
@@ -237,9 +252,11 @@ def test_replay_reproduces_every_metric_and_decision(recorded: dict[str, Any], r
     assert st.status == "finished" and "replay of rec" in st.stop_reason and st.next_index == 7
     assert st.best_value == orig["exp-002"].objective_value and st.best_commit == rep["exp-002"].commit
     assert st.base_commit == recorded["state"].base_commit == recorded["head"]
-    # failures counted as the loop counts them: the failed + rejected pair made a pivot in both runs
+    # failures counted as the loop counts them: (degraded exp-003 + rejected exp-004) and (failed exp-005 +
+    # rejected exp-006) made a pivot each, in both runs
     rs = recorded["state"]
-    assert rs.pivots == 1
+    assert rs.pivots == 2 and (rs.evaluated, rs.proposals) == (3, 6)
+    assert (st.evaluated, st.proposals) == (rs.evaluated, rs.proposals)
     assert (st.pivots, st.consecutive_degradations, st.iterations_on_hypothesis) == (
         rs.pivots, rs.consecutive_degradations, rs.iterations_on_hypothesis)
     assert git(repo, "rev-parse", "refs/autoresearch/rep/best") == rep["exp-002"].commit
@@ -314,8 +331,8 @@ def test_replay_of_a_damaged_trajectory_warns_and_continues(recorded: dict[str, 
     assert steps["exp-000"]["status"] == "ok"
     assert steps["exp-000"]["replayed"] == recorded["records"][0].objective_value
     bad = steps["exp-001"]
-    assert bad["status"].startswith("edit no longer applies: ") and "SEARCH text not found" in bad["status"]
-    assert bad["replayed"] is None and bad["holds"] is None
+    assert bad["status"].startswith("failed: format_mismatch: ") and "SEARCH text not found" in bad["status"]
+    assert bad["replayed"] is None and bad["replayed_decision"] == "failed" and bad["holds"] is False
     assert "this_text_is_not_in_the_preset" in bad["status"]
     nxt = steps["exp-002"]  # continued: the next accepted step, applied on the baseline now
     assert nxt["status"] == "ok" and isinstance(nxt["replayed"], float)
@@ -370,7 +387,8 @@ def test_report_of_a_replay_has_its_figure_and_table(recorded: dict[str, Any], r
     # the trajectory of the replay itself is drawn and tabled as a run
     exp_rows = page.table("experiments")
     assert [r[1] for r in exp_rows[1:]] == [f"exp-{i:03d}" for i in range(7)]
-    assert [r[2] for r in exp_rows[1:]] == RECORDED_DECISIONS
+    # a proposal rejected before evaluation is named by why (research.taxonomy.REJECTION_LABELS)
+    assert [r[2] for r in exp_rows[1:]] == [*RECORDED_DECISIONS[:4], "rejected repeat", *RECORDED_DECISIONS[5:]]
 
 
 # --------------------------------------------------------------------------- (b) reader=llm, cache on
@@ -399,11 +417,13 @@ def test_replay_with_llm_reader_hits_the_cache(repo: Path, runs: Path) -> None:
     with OpenAITestServer(handler) as server:
         setup = scripted_setup(repo, 1, "reader=llm", "++llm.cache=true")
         st = ResearchLoop(setup, "rec-llm", llm_opener=opener_for(server)).run()
-        assert "experiment budget spent (1/1)" in st.stop_reason and proposals == []
+        assert st.stop_reason == "experiment budget spent (1/1 evaluated)" and proposals == []
         orig, _ = read_trajectory(runs / "rec-llm", strict=True)
         assert [r.decision for r in orig][0] == "baseline" and orig[1].decision in ("proceed", "iterate", "pivot")
         assert all(r.objective == "all_honest" and r.objective_value is not None for r in orig)
-        assert reader_calls and len(reader_calls) <= 2 * 12  # tiny: 12 questions per evaluation
+        # tiny: 12 questions per evaluation with the reader (baseline, exp-001, and for a proceed the check
+        # slice of the candidate and of the best); the reader-free screen asks nothing
+        assert reader_calls and len(reader_calls) <= 12 * (2 + (2 if orig[1].check.get("eval_dir") else 0))
         assert any(r.metrics["all_honest"] > 0 for r in orig)  # the scripted reader scores something
         calls_before = len(server.chat_requests)
 
@@ -421,6 +441,6 @@ def test_replay_with_llm_reader_hits_the_cache(repo: Path, runs: Path) -> None:
         assert stable(r.metrics) == stable(o.metrics)
         assert r.metrics["prompt_tokens"] > 0 and r.metrics["n_errors"] == 0
         preds = [json.loads(x)["prediction"] for x in
-                 (out / "evals" / r.experiment_id / r.eval_run_id / "predictions.jsonl").read_text().splitlines()]
+                 (out / r.eval_dir / "predictions.jsonl").read_text().splitlines()]
         assert preds and not any("CACHE MISS" in p for p in preds)
     assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == ""

@@ -306,3 +306,92 @@ def test_chromium_renders_the_page(report, tmp_path):
         assert colours is None or len(colours) > 200
     assert shot.stat().st_size > 50_000
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+# --- rejections, classified vs proposed type, paired test, lesson -------------------------------
+def _failure(cls: str, message: str, stage: str) -> dict:
+    from research.failures import POLICIES, Failure, FailureClass
+
+    p = POLICIES[FailureClass(cls)]
+    return Failure(FailureClass(cls), p.severity, p.is_infrastructure, message).to_dict() | {"stage": stage}
+
+
+PAIRED = {"n": 152, "mean_delta": 0.05, "ci_low": 0.021, "ci_high": 0.079, "p_better": 0.0004, "p_worse": 1.0}
+
+
+def screened_run(run_id: str = "run-s") -> list[ExperimentRecord]:
+    return [
+        make_record(run_id, 0, "baseline", 0.40),
+        make_record(run_id, 1, "proceed", 0.45, "hyperparameter_tuning", 0.40, proposed_type="architectural_change",
+                    test=PAIRED, lesson="a deeper candidate list helped multi-hop questions", diff="+ top_k: 10\n"),
+        make_record(run_id, 2, "rejected", None, "hyperparameter_tuning", 0.45, hypothesis="raise top_k again",
+                    failure=_failure("identical_conditions", "proposal repeats exp-001 (same changes, same parent commit)",
+                                     "propose"),
+                    healing=[{"attempt": 1, "action": "resend_edit", "result": "repeats exp-001"}]),
+        make_record(run_id, 3, "rejected", None, "prompt_engineering", 0.45, proposed_type="prompt_engineering",
+                    failure=_failure("no_effect", "no effect: the reader's input is identical on 152 questions", "screen")),
+        make_record(run_id, 4, "failed", None, "bug_fix", 0.45,
+                    failure=_failure("runtime_error", "KeyError: 'speaker'", "evaluate")),
+    ]
+
+
+def test_rejections_show_as_what_they_are(tmp_path):
+    run_dir = write_run(tmp_path, "run-s", screened_run())
+    out = write_report(run_dir)
+    text = out.read_text(encoding="utf-8")
+    page = Page(text)
+    failures = page.table("failures")
+    assert [r[0] for r in failures[1:]] == ["runtime_error"]
+    assert "unclassified" not in text
+    rejections = page.table("rejections")
+    assert rejections[0] == ["rejection", "class", "count", "message", "experiments"]
+    assert rejections[1][:3] == ["repeat", "identical_conditions", "1"] and rejections[1][4] == "exp-002"
+    assert rejections[2][:3] == ["no effect (screened)", "no_effect", "1"] and "152 questions" in rejections[2][3]
+    assert page.meta["rejected before evaluation"] == "repeat 1, no effect (screened) 1"
+    exps = {r[1]: r for r in page.table("experiments")[1:]}
+    assert exps["exp-002"][2] == "rejected repeat" and exps["exp-003"][2] == "rejected no effect (screened)"
+    assert exps["exp-004"][2] == "failed" and exps["exp-001"][2] == "proceed"
+    # the classified type, and the researcher's own label under it only when the two differ
+    assert exps["exp-001"][3] == "HP hyperparameter tuning proposed: AC architectural change"
+    assert exps["exp-003"][3] == "PE prompt engineering"
+    assert exps["exp-001"][5] == "+0.0500 CI [+0.0210, +0.0790]; p 0.0004; n 152"
+    assert exps["exp-001"][7] == "hypothesis 1 lesson: a deeper candidate list helped multi-hop questions"
+    assert exps["exp-002"][5] == "—"
+    assert "paired test against the best: CI [+0.0210, +0.0790]" in text and "proposed as <b>AC</b>" in text
+    assert len(page.png_images()) == 3  # the trajectory draws the screened ones as rings on the floor
+
+
+def test_compare_counts_rejections(tmp_path):
+    write_run(tmp_path, "run-s", screened_run())
+    write_run(tmp_path, "run-a", full_run("run-a"))
+    summary = {r[0]: r[1:] for r in Page(main_report(["run-s", "run-a"], tmp_path).read_text()).table("summary")}
+    assert summary["rejected before evaluation"] == ["2", "0"]
+
+
+def test_experiment_logged_to_mlflow_with_types_test_and_lesson(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from research.state import LoopState
+    from research.tracking import TAG_VALUE_LIMIT, log_experiment
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.create_experiment("memsys-research", artifact_location=(tmp_path / "art").as_uri())
+    state = LoopState("run-s", str(tmp_path), "c0", "c1", best_value=0.45,
+                      mlflow_parent_run_id=client.create_run(exp).info.run_id)
+    records = screened_run()
+    accepted, repeat = records[1], records[2]
+    accepted.lesson = "long " * 2000
+    log_experiment(state, accepted, tmp_path, "run-s")
+    log_experiment(state, repeat, tmp_path, "run-s")
+    run = client.get_run(accepted.mlflow_run_id)
+    tags, metrics = run.data.tags, run.data.metrics
+    assert (tags["discovery_type"], tags["proposed_type"]) == ("hyperparameter_tuning", "architectural_change")
+    assert len(tags["lesson"]) == TAG_VALUE_LIMIT and tags["lesson"].endswith("...")
+    assert metrics["test_ci_low"] == pytest.approx(0.021) and metrics["test_ci_high"] == pytest.approx(0.079)
+    assert metrics["test_p_better"] == pytest.approx(0.0004) and metrics["test_n"] == 152
+    assert metrics["delta"] == pytest.approx(0.05) and metrics["all_honest"] == pytest.approx(0.45)
+    rep = client.get_run(repeat.mlflow_run_id)
+    assert rep.data.tags["rejection"] == "repeat" and rep.data.tags["proposed_type"] == "none"
+    assert not any(k.startswith("test_") for k in rep.data.metrics)

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from research.failures import POLICIES, PRE_EVALUATION_REJECTIONS, Failure, FailureClass, _failure
 from research.taxonomy import (
+    REJECTION_LABELS,
     UNCLASSIFIED,
     UNTAGGED,
     best_so_far,
@@ -16,6 +18,9 @@ from research.taxonomy import (
     failure_table,
     is_healed,
     number,
+    paired_test_text,
+    rejection_kind,
+    rejection_table,
     run_summary,
     start_value,
     taxonomy_table,
@@ -154,3 +159,64 @@ def test_number_and_start_value():
     assert number(True) is None and number("1") is None and number(math.nan) is None and number(2) == 2.0
     assert start_value([rec(0, "failed", None), rec(1, "iterate", 0.3)]) == 0.3
     assert start_value([rec(0, "iterate", 0.3), rec(1, "baseline", 0.2)]) == 0.2
+
+
+# --- rejections before evaluation ----------------------------------------------------------------
+def failure(cls: FailureClass, message: str, stage: str) -> dict:
+    """A failure dict as research/loop.py writes it (Failure.to_dict() plus the stage)."""
+    p = POLICIES[cls]
+    return Failure(cls, p.severity, p.is_infrastructure, message, suggested_fix=p.suggested_fix).to_dict() | {"stage": stage}
+
+
+@pytest.fixture
+def screened() -> list[ExperimentRecord]:
+    return [
+        rec(0, "baseline", 0.40),
+        rec(1, "rejected", None, "hyperparameter_tuning",
+            failure=failure(FailureClass.IDENTICAL_CONDITIONS, "proposal repeats exp-000; skipped without evaluating", "propose"),
+            healing=[{"attempt": 1, "action": "resend_edit", "result": "repeats exp-000"}]),
+        rec(2, "rejected", None, "prompt_engineering",
+            failure=failure(FailureClass.NO_EFFECT, "no effect: the reader's input is identical", "screen")),
+        rec(3, "rejected", None, "bug_fix",
+            failure=failure(FailureClass.IDENTICAL_CONDITIONS, "the edits leave the best commit unchanged", "apply")),
+        rec(4, "rejected", None, "bug_fix",
+            failure=failure(FailureClass.FORBIDDEN_EDIT, "edit touches read-only paths: benchmarks/scoring.py", "commit")),
+        rec(5, "failed", None, "bug_fix", failure=failure(FailureClass.RUNTIME_ERROR, "KeyError: 'x'", "evaluate")),
+    ]
+
+
+def test_rejections_are_named_and_kept_out_of_the_failure_table(screened):
+    assert [rejection_kind(r) for r in screened] == [None, "repeat", "no effect (screened)", "repeat", None, None]
+    classes = [r.failure_class for r in failure_table(screened)]
+    assert classes == ["forbidden_edit", "runtime_error"]  # a forbidden edit is refused, but it is a failure
+    assert UNCLASSIFIED not in classes and "identical_conditions" not in classes and "no_effect" not in classes
+    repeat, no_effect = rejection_table(screened)
+    assert (repeat.kind, repeat.failure_class, repeat.count, repeat.experiments) == (
+        "repeat", "identical_conditions", 2, ["exp-001", "exp-003"])
+    assert repeat.message == "proposal repeats exp-000; skipped without evaluating"
+    assert (no_effect.kind, no_effect.failure_class, no_effect.count) == ("no effect (screened)", "no_effect", 1)
+    assert run_summary(screened).rejections == {"repeat": 2, "no effect (screened)": 1}
+    assert rejection_table(screened[:1]) == [] and run_summary(screened[:1]).rejections == {}
+    # still experiments of their discovery type (what the researcher tried), never accepted
+    rows = {r.discovery_type: r for r in taxonomy_table(screened)}
+    assert (rows["bug_fix"].count, rows["bug_fix"].accepted) == (3, 0)
+
+
+def test_rejection_labels_cover_the_pre_evaluation_classes():
+    assert set(REJECTION_LABELS) == {c.value for c in PRE_EVALUATION_REJECTIONS}
+
+
+def test_no_effect_is_a_low_agent_side_class_even_without_code_changes():
+    policy = POLICIES[FailureClass.NO_EFFECT]
+    assert (policy.severity, policy.is_infrastructure) == ("low", False)
+    # a config-only proposal changes no code: it was never run, so it says nothing about the base code
+    f = _failure(FailureClass.NO_EFFECT, "no effect: the reader's input is identical", code_changed=False)
+    assert (f.severity, f.is_infrastructure) == ("low", False)
+    assert _failure(FailureClass.RUNTIME_ERROR, "boom", code_changed=False).is_infrastructure  # unchanged rule
+
+
+def test_paired_test_text():
+    test = {"n": 152, "mean_delta": 0.031, "ci_low": 0.012, "ci_high": 0.049, "p_better": 0.002, "p_worse": 0.998}
+    assert paired_test_text(test) == "CI [+0.0120, +0.0490]; p 0.002; n 152"
+    assert paired_test_text({}) == "" and paired_test_text(None) == "" and paired_test_text({"n": 10}) == ""
+    assert paired_test_text({"ci_low": -0.01, "ci_high": float("nan"), "p_better": 0.4}) == "p 0.4"

@@ -12,11 +12,10 @@ import stat
 import subprocess
 from pathlib import Path
 
-import git as gitpython
 import pytest
 
 from research.errors import ForbiddenEditError, WorkspaceError
-from research.workspace import Workspace
+from research.workspace import Pruned, Workspace
 
 HOOKS = ("pre-commit", "commit-msg", "post-commit", "post-checkout", "reference-transaction",
          "pre-auto-gc", "post-index-change", "post-rewrite", "prepare-commit-msg")
@@ -147,7 +146,7 @@ def test_surface_only_change_commits_normally_and_empty_commits(ws: Workspace) -
     assert run_git(wt.path, "log", "-1", "--format=%an|%s") == "memsys-autoresearch|e1: a"
     empty = ws.commit(wt, "e1: nothing")  # failures are committed too, even without changes
     assert empty != sha and ws.changed_paths(sha, empty) == []
-    with pytest.raises(gitpython.GitCommandError):
+    with pytest.raises(WorkspaceError, match="nothing to commit"):  # typed, one line: never a raw GitCommandError
         ws.commit(wt, "e1: nothing again", allow_empty=False)
 
 
@@ -249,3 +248,171 @@ def test_replaced_dot_git_is_refused(ws: Workspace, tmp_path: Path) -> None:
 def test_repo_at_rejects_a_folder_that_is_no_worktree(ws: Workspace, tmp_path: Path) -> None:
     with pytest.raises(WorkspaceError):
         ws.repo_at(tmp_path)
+
+
+# --- recovery after a kill -9 -----------------------------------------------------------------------
+# Each test leaves git the way a killed run does, then a new Workspace (the resumed process) must go on.
+def branches(repo: Path) -> list[str]:
+    return run_git(repo, "branch", "--list", "autoresearch/t/*", "--format=%(refname:short)").split()
+
+
+def registered(repo: Path) -> list[str]:
+    """Worktree paths git has registered (``git worktree list``), the main one first."""
+    out = run_git(repo, "worktree", "list", "--porcelain")
+    return [line[len("worktree "):] for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def killed_during_worktree_add(repo: Path, ws: Workspace, exp: str, base: str) -> Path:
+    """A worktree as ``git worktree add`` leaves it when killed mid-checkout: still locked "initializing"."""
+    wt = ws.create(exp, base)
+    write(wt.path / "memsys" / "a.py", "A = 5\n")
+    admin = Path(run_git(wt.path, "rev-parse", "--absolute-git-dir"))
+    (admin / "locked").write_text("initializing\n", encoding="utf-8")
+    return wt.path
+
+
+def resumed(repo: Path, tmp_path: Path) -> Workspace:
+    return Workspace(repo, "t", tmp_path / "runs" / "worktrees")
+
+
+def test_locked_worktree_of_a_killed_run_no_longer_blocks_its_branch(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    base = ws.head_commit()
+    path = killed_during_worktree_add(repo, ws, "exp-005", base)
+    # the stuck state of issue #13: prune keeps a locked worktree, so its branch cannot be deleted
+    run_git(repo, "worktree", "prune")
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        run_git(repo, "branch", "-D", "autoresearch/t/exp-005")
+    assert "checked out at" in err.value.stderr
+
+    ws2 = resumed(repo, tmp_path)
+    wt = ws2.create("exp-005", base)  # recreated from base: the killed attempt's files are gone
+    assert head(wt.path) == base and (wt.path / "memsys" / "a.py").read_text() == "A = 1\n"
+    assert not (Path(run_git(wt.path, "rev-parse", "--absolute-git-dir")) / "locked").exists()
+    assert run_git(wt.path, "status", "--porcelain") == ""
+    assert registered(repo) == [str(repo), str(path)]
+    assert ws2.cleanup() == 1
+    assert registered(repo) == [str(repo)] and branches(repo) == []
+
+
+@pytest.mark.parametrize("left", ["folder_deleted", "dot_git_missing", "head_not_written", "read_only_folders"])
+def test_prune_removes_whatever_a_killed_worktree_add_left(repo: Path, ws: Workspace, tmp_path: Path, left: str) -> None:
+    base = ws.head_commit()
+    path = killed_during_worktree_add(repo, ws, "exp-002", base)
+    admin = Path(run_git(path, "rev-parse", "--absolute-git-dir"))
+    if left == "folder_deleted":
+        subprocess.run(["rm", "-rf", str(path)], check=True)
+    elif left == "dot_git_missing":
+        (path / ".git").unlink()
+    elif left == "head_not_written":  # git writes a null HEAD first, the branch later
+        (admin / "HEAD").write_text("0" * 40 + "\n", encoding="utf-8")
+    else:  # evaluated code took the write bit away
+        (path / "memsys").chmod(0o500)
+        path.chmod(0o500)
+
+    ws2 = resumed(repo, tmp_path)
+    pruned = ws2.prune()
+    assert pruned.worktrees == ["exp-002"] and pruned.branches == ["autoresearch/t/exp-002"]
+    assert registered(repo) == [str(repo)] and not admin.exists() and not path.exists()
+    assert branches(repo) == []
+    assert not any((tmp_path / "runs" / "worktrees").iterdir())
+    assert ws2.prune() == Pruned()  # again: nothing left, nothing raised
+    wt = ws2.create("exp-002", base)
+    assert head(wt.path) == base
+
+
+def test_folder_and_branch_without_a_registered_worktree(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    # killed after `git worktree add -b` created the branch, before the worktree was registered
+    base = ws.head_commit()
+    run_git(repo, "branch", "autoresearch/t/exp-003", base)
+    write(tmp_path / "runs" / "worktrees" / "exp-003" / "memsys" / "a.py", "A = 9\n")
+    write(tmp_path / "runs" / "worktrees" / "exp-004" / "junk.txt", "x\n")
+    wt = ws.create("exp-003", base)
+    assert head(wt.path) == base and (wt.path / "memsys" / "a.py").read_text() == "A = 1\n"
+    sha = ws.commit(wt, "exp-003: empty")
+    assert run_git(repo, "rev-parse", "autoresearch/t/exp-003") == sha
+    pruned = ws.prune()
+    assert sorted(pruned.worktrees) == ["exp-003", "exp-004"]
+    assert pruned.branches == ["autoresearch/t/exp-003"] and branches(repo) == []
+
+
+def test_prune_keeps_the_branches_of_journaled_experiments(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    base = ws.head_commit()
+    for exp in ("exp-001", "exp-002"):
+        wt = ws.create(exp, base)
+        write(wt.path / "memsys" / "a.py", f"A = '{exp}'\n")
+        ws.commit(wt, exp)
+    ws.remove(ws.worktrees_dir / "exp-001")  # finished normally: its branch is its history
+    ws.remove(ws.worktrees_dir / "exp-001")  # removing again is fine
+    pruned = resumed(repo, tmp_path).prune(keep_branches=["exp-002"])
+    assert pruned.worktrees == ["exp-002"] and pruned.branches == []
+    assert branches(repo) == ["autoresearch/t/exp-001", "autoresearch/t/exp-002"]
+    assert registered(repo) == [str(repo)]
+
+
+def test_a_worktree_outside_the_run_holding_its_branch_is_left_alone(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    base = ws.head_commit()
+    mine = tmp_path / "my-checkout"  # the user inspects an experiment in a worktree of their own
+    run_git(repo, "worktree", "add", "-q", "-b", "autoresearch/t/exp-001", str(mine), base)
+    assert ws.prune() == Pruned()
+    assert mine.is_dir() and branches(repo) == ["autoresearch/t/exp-001"]
+    with pytest.raises(WorkspaceError, match=r"checked out at .*my-checkout, outside this run") as err:
+        ws.create("exp-001", base)
+    assert "\n" not in str(err.value)
+    # once that folder is gone, its record is the killed run's to clean up
+    subprocess.run(["rm", "-rf", str(mine)], check=True)
+    assert head(ws.create("exp-001", base).path) == base
+
+
+def test_refs_are_idempotent_and_survive_a_stale_lock(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    base = ws.head_commit()
+    ws.init_refs(base)
+    wt = ws.create("exp-001", base)
+    write(wt.path / "memsys" / "a.py", "A = 7\n")
+    sha = ws.commit(wt, "exp-001")
+    ws.move_best(sha)
+    ws.move_best(sha)
+    assert ws.best_commit() == sha
+    # killed inside `git update-ref`: the lock file stays, and plain git refuses every later update
+    lock = repo / ".git" / "refs" / "autoresearch" / "t" / "best.lock"
+    lock.write_text(base + "\n", encoding="utf-8")
+    with pytest.raises(subprocess.CalledProcessError):
+        run_git(repo, "update-ref", "refs/autoresearch/t/best", base)
+    ws2 = resumed(repo, tmp_path)
+    ws2.move_best(base)
+    assert ws2.best_commit() == base and not lock.exists()
+    lock.write_text(base + "\n", encoding="utf-8")
+    assert ws2.prune().locks == [str(lock)] and not lock.exists()
+    ws2.init_refs(base)  # a killed start runs it again
+    ws2.init_refs(base)
+    assert ws2.best_commit() == base == run_git(repo, "rev-parse", "refs/autoresearch/t/base")
+
+
+def test_unrecoverable_git_failures_are_typed_one_line_errors(repo: Path, ws: Workspace, tmp_path: Path) -> None:
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    with pytest.raises(WorkspaceError, match="no best commit for run t"):
+        ws.best_commit()
+    for call in (lambda: ws.move_best(missing), lambda: ws.init_refs(missing), lambda: ws.create("exp-001", missing),
+                 lambda: ws.diff(missing, ws.head_commit())):
+        with pytest.raises(WorkspaceError) as err:
+            call()
+        assert err.value.kind == "workspace" and "\n" not in str(err.value) and "0123456789ab" in str(err.value)
+    assert registered(repo) == [str(repo)] and branches(repo) == []
+
+
+def test_reading_commits_and_restoring_a_worktree(repo: Path, ws: Workspace) -> None:
+    base = ws.head_commit()
+    wt = ws.create("exp-001", base)
+    write(wt.path / "memsys" / "a.py", "A = 2\n")
+    sha = ws.commit(wt, "exp-001")
+    assert ws.head_of(wt) == sha
+    assert ws.file_at(sha, "memsys/a.py") == "A = 2" and ws.file_at(base, "memsys/a.py") == "A = 1"
+    assert ws.tree_id(sha, "memsys") != ws.tree_id(base, "memsys")
+    assert ws.tree_id(sha, "configs") == ws.tree_id(base, "configs")
+    with pytest.raises(WorkspaceError, match="memsys/nope.py"):
+        ws.file_at(sha, "memsys/nope.py")
+    write(wt.path / "memsys" / "a.py", "A = 3\n")
+    write(wt.path / "memsys" / "new.py", "N = 1\n")
+    ws.restore(wt)  # back to HEAD, untracked files gone
+    assert (wt.path / "memsys" / "a.py").read_text() == "A = 2\n" and not (wt.path / "memsys" / "new.py").exists()
+    ws.restore(wt, base)  # base's files on the experiment's branch
+    assert (wt.path / "memsys" / "a.py").read_text() == "A = 1\n" and ws.head_of(wt) == sha

@@ -284,3 +284,45 @@ def test_wall_time_is_respected_even_when_child_closes_its_pipes(box, workdir):
     start = time.monotonic()
     result = box.run(spec(workdir, "import os, time; os.close(1); os.close(2); time.sleep(100)", wall_timeout_s=1))
     assert result.timed_out and time.monotonic() - start < 5
+
+
+def test_evaluation_dies_with_the_process_that_started_it(workdir):
+    """A loop killed with kill -9 must not leave its evaluation running (it would write into the run
+    folder while the run is resumed): the sandboxed child gets SIGKILL when its parent dies."""
+    import subprocess
+
+    marker = f"orphan-{uuid.uuid4().hex}"
+    parent = textwrap.dedent(f"""
+        import sys, textwrap
+        from pathlib import Path
+        from sandbox import SandboxSpec
+        from sandbox.process import ProcessSandbox
+        ProcessSandbox().run(SandboxSpec(argv=[sys.executable, "-c", "import time; time.sleep(60)  # {marker}"],
+                                         workdir=Path({str(workdir)!r}), writable=[Path({str(workdir)!r})],
+                                         wall_timeout_s=60))
+    """)
+    proc = subprocess.Popen([PY, "-c", parent], cwd=str(Path(__file__).resolve().parents[2]))
+
+    def child() -> list[int]:
+        """The exec'd sandboxed sleeper: not the parent, whose code names the marker too, nor a fork
+        of it that has not exec'd yet (same command line)."""
+        def execd(pid: int) -> bool:
+            try:
+                return b"SandboxSpec" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                return False
+        return [p for p in pids_with_marker(marker) if p != proc.pid and execd(p)]
+
+    deadline = time.monotonic() + 30
+    while not child() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert child(), "the sandboxed child never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while child() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = child()
+    for pid in left:  # do not leave it behind when the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 from memsys.llm.client import LLMClient
 from tests.support.openai_server import OpenAITestServer
 
-# scripted researcher proposals on the naive preset (objective recall@10 with reader=none)
+# scripted researcher proposals on the naive preset (objective context_recall with reader=none)
 IMPROVE = {
     "hypothesis": "hybrid retrieval with more candidates raises recall",
     "discovery_type": "hyperparameter_tuning",
@@ -61,6 +61,6 @@ def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
 
     return load_run_setup(["reader=none", "sample=tiny", "mlflow=false", "research.sandbox.backend=process",
                            "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
-                           f"research.repo={repo}", "research.proposer=llm",
+                           f"research.repo={repo}", "research.proposer=llm", "research.researcher.mode=code",
                            f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
                            "workers=1", *extra])

@@ -1,0 +1,335 @@
+"""One experiment, in stages with typed results: propose -> screen -> apply -> evaluate -> check -> decide.
+
+Each stage either hands the next one what it needs or ends the experiment with a record that
+says why (``Stop``). Nothing is evaluated that the screens could have caught:
+
+- the static screen (before any worktree): overrides that touch only dead levers or restate
+  current values, and changes whose *effective* config (plus code) was already evaluated;
+- the dynamic screen (after apply): the candidate runs reader-free on the run's questions and the
+  reader inputs it would send are hashed per question; identical to the parent's on every
+  question means the reader cannot answer differently, so it is rejected without a reader run.
+
+A rejected proposal is sent back to the proposer (bounded) with the reason, then recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ConfigError, MemsysError
+from research import decide as D
+from research.errors import ForbiddenEditError, ProposalFormatError
+from research.failures import Failure, FailureClass, _failure, classify_exception
+from research.proposers.base import Proposal, Proposer, ResearchContext
+from research.trajectory import ExperimentRecord
+
+if TYPE_CHECKING:
+    from research.loop import ResearchLoop
+    from research.workspace import Worktree
+
+
+@dataclass
+class Stop:
+    """An experiment that ends before a decision on a measured value."""
+
+    decision: str  # failed | rejected
+    failure: Failure
+    stage: str
+    known_value: float | None = None  # rejected repeats: the value already measured
+
+
+@dataclass
+class Screen:
+    """The dynamic screen's verdict: how many questions' reader inputs differ from the parent's."""
+
+    questions: int
+    changed: int
+    comparable: bool  # the parent's evaluation carries input digests
+    outcome: Any = None  # the reader-free EvalOutcome
+
+    @property
+    def no_effect(self) -> bool:
+        return self.comparable and self.questions > 0 and self.changed == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"questions": self.questions, "changed": self.changed, "comparable": self.comparable,
+             "verdict": "no effect" if self.no_effect else ("changed" if self.comparable else "not comparable")}
+        if self.outcome is not None and self.outcome.result:
+            m = self.outcome.result["metrics"]
+            d |= {k: m[k] for k in ("context_recall", "recall_at_10", "context_tokens") if k in m}
+        return d
+
+
+@dataclass
+class Measured:
+    outcome: Any  # EvalOutcome of the objective's evaluation
+    screen: Screen
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def digests(rows: list[dict[str, Any]], field: str = "input_sha256") -> dict[str, str]:
+    """Per question, what the objective can see: the reader's input digest, or (reader-free
+    objectives) the context's turn ids as the scorer counted them."""
+    if field == "context_set":  # context_recall counts which turns are in the (budget-cut) context, not their order
+        return {r["question_id"]: "\x1f".join(sorted(set(r.get("context_ids") or []))) or "(empty)" for r in rows}
+    if field == "context_ids":
+        return {r["question_id"]: "\x1f".join([*(r.get("context_ids") or []), "|", *(r.get("retrieved_ids") or [])])
+                for r in rows}
+    return {r["question_id"]: r.get(field) or "" for r in rows}
+
+
+def screen_field(reader: str, objective: str) -> str:
+    """What the objective can see, per question: the reader's input (reader runs), the set of context
+    turns (context_recall), else the ordered context and ranking (recall_at_k and the like)."""
+    if reader != "none":
+        return "input_sha256"
+    return "context_set" if objective == "context_recall" else "context_ids"
+
+
+def compare_inputs(parent_rows: list[dict[str, Any]], rows: list[dict[str, Any]], field: str = "input_sha256") -> Screen:
+    """Per-question inputs of a candidate against its parent's, on the same questions."""
+    before, after = digests(parent_rows, field), digests(rows, field)
+    comparable = bool(before) and all(before.values()) and all(after.values()) and set(after) <= set(before)
+    changed = sum(1 for q, h in after.items() if before.get(q) != h)
+    return Screen(len(after), changed, comparable)
+
+
+def effective_key(code_tree: str, cfg_key: str) -> str:
+    return hashlib.sha256(f"{code_tree}:{cfg_key}".encode()).hexdigest()[:20]
+
+
+class Experiment:
+    """The stages of one experiment against ``loop`` (its state, workspace, evaluations, journal)."""
+
+    def __init__(self, loop: "ResearchLoop", proposer: Proposer):
+        self.loop, self.proposer = loop, proposer
+        st = loop.state
+        index = st.next_index
+        self.rec = ExperimentRecord(loop.run_id, index, f"exp-{index:03d}", proposer.name, st.start_commit,
+                                    started=loop.now(), objective=loop.setup.eval.objective,
+                                    best_before=st.best_value)
+        self.t0 = time.perf_counter()
+        self.ctx: ResearchContext | None = None
+        self.wt: "Worktree | None" = None
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> None:
+        loop, rec = self.loop, self.rec
+        self.ctx = loop.context()
+        prop = self.propose()
+        if isinstance(prop, Stop):
+            return self.stop(prop, None)
+        self.wt = loop.ws.create(rec.experiment_id, rec.parent_commit)
+        rec.branch = self.wt.branch
+        self.prop = prop
+        try:
+            result = self.apply(prop)  # a resend may replace the proposal: self.prop is the applied one
+            if not isinstance(result, Stop):
+                result = self.measure(self.prop)
+            if isinstance(result, Stop):
+                self.stop(result, self.prop)
+            else:
+                self.decide(self.prop, result)  # the check on a disjoint slice still needs the worktree
+        finally:
+            loop.ws.remove(self.wt.path)
+
+    def _durations(self) -> None:
+        d = self.rec.durations
+        d["total_s"] = time.perf_counter() - self.t0
+        measured = sum(d.get(k, 0.0) for k in ("propose_s", "screen_s", "eval_s", "check_s"))
+        d["overhead_s"] = max(0.0, d["total_s"] - measured)  # worktree, apply, commit, bookkeeping
+
+    # ------------------------------------------------------------------ propose + static screen
+    def propose(self) -> Proposal | Stop:
+        """A proposal that passes the static screen, re-asking (bounded) when it does not."""
+        loop, rec = self.loop, self.rec
+        loop.stage(rec, "propose", f"{self.proposer.name} ({loop.state.mode})")
+        t = time.perf_counter()
+        try:
+            prop = loop.propose(self.proposer, self.ctx, rec)
+        except (ProposalFormatError, MemsysError) as exc:
+            rec.durations["propose_s"] = time.perf_counter() - t
+            return Stop("failed", classify_exception(exc), "propose")
+        tried: list[str] = []
+        for attempt in range(loop.setup.research.loop.duplicate_reasks + 1):
+            verdict = self.static_screen(prop)
+            if verdict is None:
+                break
+            tried.append(f"{'; '.join(prop.config_overrides) or prop.hypothesis[:80]}: {verdict.failure.message}")
+            if attempt == loop.setup.research.loop.duplicate_reasks:
+                self._take(prop)
+                rec.durations["propose_s"] = time.perf_counter() - t
+                return verdict
+            prop = self.reask(prop, verdict, tried, attempt)
+            if isinstance(prop, Stop):
+                rec.durations["propose_s"] = time.perf_counter() - t
+                return prop
+        rec.durations["propose_s"] = time.perf_counter() - t
+        self._take(prop)
+        return prop
+
+    def static_screen(self, prop: Proposal) -> Stop | None:
+        """Dead levers, unchanged values and already-evaluated effective configs (config-only changes;
+        code edits are judged after they are applied)."""
+        if prop.edits:
+            return None
+        from research.levers import effective_key as cfg_key
+        from research.levers import resolve, static_noop
+
+        parent = self.loop.config_at(self.rec.parent_commit)
+        if parent is None:
+            return None
+        try:
+            after = resolve(parent, prop.config_overrides)
+        except ConfigError as exc:
+            return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, str(exc), code_changed=True), "propose")
+        reason = static_noop(parent, prop.config_overrides)
+        if not reason and self.loop.setup.eval.eval.reader == "none" and all(
+                o.removeprefix("memory.").startswith("answer.") for o in prop.config_overrides):
+            reason = "only the reader's settings change, and the objective is reader-free"
+        if reason:
+            return Stop("rejected", _failure(FailureClass.NO_EFFECT, f"no effect: {reason}", code_changed=True), "propose")
+        key = effective_key(self.loop.code_tree(self.rec.parent_commit), cfg_key(after))
+        return self._repeat(key, "propose")
+
+    def _repeat(self, key: str, stage: str) -> Stop | None:
+        self.rec.effective_key = key
+        dup = self.loop.evaluated_with_key(key)
+        if dup is None:
+            return None
+        msg = f"repeats {dup.experiment_id}: the same effective config and code were evaluated ({dup.decision})"
+        return Stop("rejected", _failure(FailureClass.IDENTICAL_CONDITIONS, msg, code_changed=True), stage,
+                    known_value=dup.objective_value)
+
+    def reask(self, prop: Proposal, verdict: Stop, tried: list[str], attempt: int) -> Proposal | Stop:
+        loop, rec = self.loop, self.rec
+        entry = {"attempt": attempt, "action": "reask", "stage": verdict.stage, "reason": verdict.failure.message}
+        rec.healing.append(entry)
+        lc = loop.setup.research.loop
+        try:
+            again = self.proposer.reconsider(self.ctx, prop, verdict.failure.message, "not evaluated", tried,
+                                             lc.duplicate_temperature)
+            if again is None:  # a sampler simply samples again, with another seed
+                again = loop.propose(self.proposer, dataclasses.replace(self.ctx, seed=self.ctx.seed + 7919 * (attempt + 1)),
+                                     rec)
+        except (ProposalFormatError, MemsysError) as exc:
+            entry["result"] = f"re-ask failed: {exc}"
+            return Stop("failed", classify_exception(exc), "propose")
+        again.tokens += prop.tokens
+        again.cost_usd += prop.cost_usd
+        entry["result"] = "new proposal"
+        return again
+
+    def _take(self, prop: Proposal) -> None:
+        rec = self.rec
+        rec.hypothesis, rec.proposed_type, rec.expected_effect = prop.hypothesis, prop.discovery_type, prop.expected_effect
+        rec.discovery_type = prop.discovery_type
+        rec.edits = [asdict(e) for e in prop.edits]
+        rec.config_overrides = list(prop.config_overrides)
+        rec.tokens, rec.cost_usd = prop.tokens, prop.cost_usd
+        rec.seed, rec.subspace = prop.seed, list(prop.subspace)
+
+    # ------------------------------------------------------------------ apply
+    def apply(self, prop: Proposal) -> Stop | None:
+        loop, rec, wt = self.loop, self.rec, self.wt
+        loop.stage(rec, "apply", f"{len(prop.edits)} edit(s), {len(prop.config_overrides)} override(s)")
+        t = time.perf_counter()
+        edited, error = loop.apply_proposal(wt, prop)
+        if error is not None and not isinstance(error, ForbiddenEditError):
+            prop, edited, error = self._resend(prop, error)
+            self.prop = prop
+        try:
+            rec.commit = loop.ws.commit(wt, f"{rec.experiment_id}: {prop.hypothesis[:60]}\n\ndiscovery: {prop.discovery_type}")
+        except ForbiddenEditError as exc:  # the committed diff left the surface: undone, refused
+            rec.commit, error = loop.ws.head_of(wt), exc
+        rec.diff, rec.diff_stats = loop.ws.diff(rec.parent_commit, rec.commit)
+        rec.durations["apply_s"] = time.perf_counter() - t
+        self.edited = edited
+        if error is not None:
+            forbidden = isinstance(error, ForbiddenEditError)
+            cls = FailureClass.FORBIDDEN_EDIT if forbidden else FailureClass.FORMAT_MISMATCH
+            return Stop("rejected" if forbidden else "failed", _failure(cls, str(error), code_changed=True), "apply")
+        if not rec.diff.strip():
+            return Stop("rejected", _failure(FailureClass.NO_EFFECT, "no effect: the changes leave the parent commit "
+                                             "unchanged (empty diff)", code_changed=True), "apply", rec.best_before)
+        # the commit is what would be evaluated: code edits, and a resent proposal (which skipped the
+        # static screen), may still land on an effective config and code that were evaluated already
+        resent = any(h.get("action") == "resend_edit" for h in rec.healing)
+        return self._repeat(loop.effective_key_at(rec.commit), "apply") if prop.edits or resent else None
+
+    def _resend(self, prop: Proposal, error: Exception) -> tuple[Proposal, list[str], Exception | None]:
+        """An edit that did not apply goes back to the researcher once, with the error."""
+        loop, rec = self.loop, self.rec
+        t = time.perf_counter()
+        try:
+            again = self.proposer.repair(self.ctx, prop, str(error), "")
+        except MemsysError as exc:
+            again, error = None, exc
+        rec.durations["propose_s"] = rec.durations.get("propose_s", 0.0) + time.perf_counter() - t
+        if again is None:
+            return prop, [], error
+        entry: dict[str, Any] = {"attempt": 1, "action": "resend_edit"}
+        rec.healing.append(entry)
+        loop.reset_worktree(self.wt)
+        self._take(again)
+        rec.tokens += prop.tokens
+        edited, err = loop.apply_proposal(self.wt, again)
+        entry["result"] = "ok" if err is None else str(err)
+        return again, edited, err
+
+    # ------------------------------------------------------------------ screen + evaluate (with healing)
+    def measure(self, prop: Proposal) -> Measured | Stop:
+        from research.measure import measure
+
+        return measure(self, prop)
+
+    # ------------------------------------------------------------------ decide, check, record
+    def decide(self, prop: Proposal, m: Measured) -> None:
+        from research.stats import paired_test, per_question
+
+        loop, rec, lc = self.loop, self.rec, self.loop.setup.research.loop
+        st = loop.state
+        out = m.outcome
+        loop.stage(rec, "decide", "paired test against the best")
+        rec.objective_value, rec.metrics = out.objective_value, out.result["metrics"]
+        rec.eval_run_id, rec.mlflow_run_id = out.result["run_id"], out.result.get("mlflow_run_id")
+        rec.eval_dir = loop.relative(loop.eval_dir(out))
+        test = None
+        try:
+            test = paired_test(per_question(rec.objective, m.rows), per_question(rec.objective, loop.rows(st.best_eval_dir)),
+                               confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+            rec.test = test.to_dict()
+        except (ConfigError, ValueError) as exc:
+            rec.test = {"error": str(exc)}
+        ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
+        d = D.decide(ds, rec.objective_value, test, min_rel_improvement=lc.min_rel_improvement, alpha=lc.alpha,
+                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
+        if d.kind == "proceed":
+            d = loop.check(self, d)
+        self._durations()
+        rec.decision, rec.delta, rec.delta_rel, rec.degraded = d.kind, d.delta, d.delta_rel, d.degraded
+        rec.notes = f"{rec.notes}; {d.reason}" if rec.notes else d.reason
+        self.classify()
+        loop.finish(rec, prop, self.proposer)
+
+    def classify(self) -> None:
+        from research.discovery import classify_change, paths_from_diff
+
+        rec = self.rec
+        repaired = any(h.get("action") in ("repair_edit", "revert_import_edit") for h in rec.healing)
+        rec.discovery_type, _ = classify_change(paths_from_diff(rec.diff), rec.config_overrides, repairs_failure=repaired)
+
+    def stop(self, s: Stop, prop: Proposal | None) -> None:
+        rec = self.rec
+        self._durations()
+        rec.failure = s.failure.to_dict() | {"stage": s.stage}
+        rec.decision = s.decision
+        if s.known_value is not None:
+            rec.notes = f"known value {s.known_value:.4f}"
+        if rec.diff:
+            self.classify()
+        self.loop.finish(rec, prop, self.proposer)

@@ -1,0 +1,182 @@
+"""Lessons: what each experiment taught, as one deterministic line, and a rolling summary.
+
+A small researcher forgets everything between steps; the journal of lessons is its memory.
+Every line is built from the record alone (the changes, the measured outcome with its paired
+confidence interval when there is one, the verdict), so replaying a run gives the same text.
+Pure functions over ``ExperimentRecord``s.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from harness.tokens import count_tokens
+from research.config import LoopConfig
+from research.failures import PRE_EVALUATION_REJECTIONS
+from research.trajectory import ExperimentRecord
+
+#: significance level of the paired test's p-values (the loop's default, research.loop.alpha)
+ALPHA = LoopConfig.alpha
+#: failure classes of experiments refused before evaluation because the change does nothing new
+NO_EFFECT_CLASSES = frozenset(c.value for c in PRE_EVALUATION_REJECTIONS)
+#: characters of a failure message kept in a lesson
+MESSAGE_CHARS = 90
+#: summary sections, in the order they are rendered
+SECTIONS = (("worked", "What worked"), ("no_effect", "No effect / dead ends"), ("hurt", "What hurt"))
+
+
+def describe_changes(rec: ExperimentRecord) -> str:
+    """The overrides as written, and the files the code edits touched."""
+    parts = []
+    if rec.config_overrides:
+        parts.append(", ".join(o.replace(" ", "") for o in rec.config_overrides))
+    if rec.edits:
+        files = list(dict.fromkeys(e.get("path", "?") for e in rec.edits))
+        n = len(rec.edits)
+        parts.append(f"{n} code edit{'s' if n != 1 else ''} to {', '.join(files)}")
+    if parts:
+        return " + ".join(parts)
+    return "baseline" if rec.index == 0 else "no change"
+
+
+def _failure_cls(rec: ExperimentRecord) -> str:
+    return str((rec.failure or {}).get("cls") or "")
+
+
+def _message(rec: ExperimentRecord) -> str:
+    text = " ".join(str((rec.failure or {}).get("message") or "").split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _screen_note(rec: ExperimentRecord) -> str:
+    """"0 of 40 reader inputs changed" when the reader-free screen counted them."""
+    q, changed = rec.screen.get("questions"), rec.screen.get("changed")
+    if isinstance(q, int) and isinstance(changed, int):
+        return f"{changed} of {q} reader inputs changed, "
+    return ""
+
+
+def is_no_effect(rec: ExperimentRecord) -> bool:
+    return rec.decision == "rejected" and (_failure_cls(rec) in NO_EFFECT_CLASSES
+                                           or rec.screen.get("verdict") in ("no effect", "no_effect"))
+
+
+def significance(rec: ExperimentRecord, alpha: float = ALPHA) -> str:
+    """better | worse | none | "" (no paired test recorded), by the test's one-sided p-values
+    (``research.stats.PairedTest``: p_better small means better), else by its interval."""
+    t = rec.test or {}
+    if t.get("p_better") is not None and t.get("p_worse") is not None:
+        return "better" if t["p_better"] < alpha else "worse" if t["p_worse"] < alpha else "none"
+    lo, hi = t.get("ci_low"), t.get("ci_high")
+    if lo is None or hi is None:
+        return ""
+    return "better" if lo > 0 else "worse" if hi < 0 else "none"
+
+
+def describe_outcome(rec: ExperimentRecord, objective: str, alpha: float = ALPHA) -> str:
+    """The measured change against the best: "all_honest +0.021 [0.01, 0.03] over 50 questions,
+    p=0.004" when a paired test was recorded, else the raw delta."""
+    t = rec.test or {}
+    sig = significance(rec, alpha)
+    if sig:
+        mean = float(t.get("mean_delta", rec.delta or 0.0))
+        text = f"{objective} {mean:+.3f} [{float(t['ci_low']):.2f}, {float(t['ci_high']):.2f}]"
+        if t.get("n"):
+            text += f" over {t['n']} questions"
+        # p of the direction observed: p_better / p_worse are one-sided p-values
+        p = t.get("p_better") if sig == "better" else t.get("p_worse") if sig == "worse" else None
+        if p is not None:
+            text += f", p={float(p):.2g}"
+        return text + (", not significant" if sig == "none" else "")
+    if rec.delta is not None:
+        return f"{objective} {rec.delta:+.4f} (no paired test)"
+    if rec.objective_value is not None:
+        return f"{objective} {rec.objective_value:.4f}"
+    return "not measured"
+
+
+_VERDICTS = {"proceed": "accepted", "iterate": "not accepted, iterate", "pivot": "not accepted, pivot"}
+
+
+def lesson_for(rec: ExperimentRecord, objective: str, alpha: float = ALPHA) -> str:
+    """One line of what ``rec`` taught: changes, outcome, verdict (``alpha``: the loop's significance level)."""
+    changes = describe_changes(rec)
+    cls = _failure_cls(rec)
+    if rec.decision == "baseline":
+        value = "not measured" if rec.objective_value is None else f"{rec.objective_value:.4f}"
+        return f"baseline: {objective} {value}"
+    if rec.decision == "rejected":
+        if cls == "identical_conditions":
+            return f"{changes}: repeats a change already evaluated from the same commit (rejected before evaluation)"
+        if is_no_effect(rec):
+            return f"{changes}: no effect on the reader's input ({_screen_note(rec)}rejected before evaluation)"
+        if cls == "forbidden_edit":
+            return f"{changes}: edits outside the mutable surface (rejected: {_message(rec)})"
+        return f"{changes}: rejected ({cls or 'no class'}: {_message(rec)})"
+    if rec.decision == "failed":
+        where = f" at {rec.failure['stage']}" if (rec.failure or {}).get("stage") else ""
+        return f"{changes}: failed{where} ({cls or 'unknown'}: {_message(rec)})"
+    line = f"{changes}: {describe_outcome(rec, objective, alpha)}: {_VERDICTS.get(rec.decision, rec.decision)}"
+    if rec.check and rec.check.get("passed") is False:
+        line += " (did not hold on the check slice)"
+    return line
+
+
+def classify(rec: ExperimentRecord) -> str | None:
+    """Which summary section a record belongs to: worked | no_effect | hurt (None: baseline)."""
+    if rec.decision == "baseline":
+        return None
+    if rec.decision == "proceed":
+        return "worked"
+    if rec.decision in ("rejected", "failed"):
+        return "no_effect"
+    sig = significance(rec)
+    if rec.degraded or sig == "worse" or (not sig and rec.delta is not None and rec.delta < 0):
+        return "hurt"  # the loop's own definition first: a significant fall, or any fall without a test
+    return "no_effect"
+
+
+def _dedupe_key(rec: ExperimentRecord) -> str:
+    return describe_changes(rec)
+
+
+def summary_line(rec: ExperimentRecord) -> str:
+    """The record's own lesson when it names the change, else the built line with it appended."""
+    auto = lesson_for(rec, rec.objective or "objective")
+    if not rec.lesson or rec.lesson == auto:
+        return auto
+    if describe_changes(rec) in rec.lesson:
+        return rec.lesson
+    return f"{auto} ({rec.lesson})"
+
+
+def summarize_lessons(records: Iterable[ExperimentRecord], limit_tokens: int) -> str:
+    """A rolling summary (what worked, what was dead or had no effect, what hurt), one line per
+    distinct change, newest first, cut to ``limit_tokens``. The newest lessons win the budget."""
+    chosen: dict[str, list[str]] = {key: [] for key, _ in SECTIONS}
+    seen: set[str] = set()
+    candidates: list[tuple[str, str]] = []
+    for rec in reversed(list(records)):
+        section = classify(rec)
+        key = _dedupe_key(rec)
+        if section is None or key in seen:
+            continue
+        seen.add(key)
+        candidates.append((section, summary_line(rec)))
+    text = ""
+    for section, line in candidates:
+        chosen[section].append(line)
+        trial = render_summary(chosen)
+        if count_tokens(trial) > limit_tokens:
+            chosen[section].pop()
+            continue
+        text = trial
+    return text
+
+
+def render_summary(sections: dict[str, Sequence[str]]) -> str:
+    blocks = []
+    for key, title in SECTIONS:
+        if sections.get(key):
+            blocks.append(f"{title}:\n" + "\n".join(f"- {line}" for line in sections[key]))
+    return "\n".join(blocks)

@@ -1,0 +1,575 @@
+"""The lever catalogue: what the research loop may change in a memory config, and when a change matters.
+
+One source of truth. A field is a lever when memsys/config.py declares it with ``lever(...)`` (effect,
+kind, range or choices); this module adds, keyed by path, the rule saying when the field is live (its
+value can change what the reader is given), and macro levers for knobs that only act together. From those:
+
+- ``effective_view(cfg)``: the config with dead fields replaced by ``DEAD`` and coupled fields by the value
+  that acts (the dense list is dense_k cut at top_k: both become the smaller), so configs that differ only
+  in dead fields share an ``effective_key`` (the loop judges repeats on it);
+- ``live_levers`` / ``render_levers``: what a researcher can usefully change, one prompt line each;
+- ``menu_schema`` / ``parse_menu``: a small model's schema-constrained reply, turned into overrides;
+- ``static_noop``: why a set of overrides changes nothing, before anything is evaluated;
+- ``optuna_distribution`` / ``params_of``: the same levers for a shared Optuna study.
+
+tests/research/test_levers.py checks the rules against the real pipeline: for every preset and lever
+value it renders the reader input of LoCoMo questions and compares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Sequence
+
+from harness.errors import ConfigError
+from memsys.config import MemoryConfig
+from research.errors import ProposalFormatError
+
+DEAD = "<dead>"
+FAILURE_TARGETS = ("retrieval_miss", "reader_miss", "abstention", "other")
+#: tokens a rendered memory line adds around its text (number, date, time, speaker, resolved times): a
+#: generous bound, used to tell when level-1 summaries alone cannot reach a budget
+LINE_FRAMING_TOKENS = 36
+_DENSE_CUT = ("set_union", "dense_only")  # merges that keep the dense list cut at top_k
+#: fields that change speed or labels, never what the reader is given
+_NEVER_MATTER = ("name", "embedder.batch_size", "embedder.device", "embedder.cache", "ingest.compression.workers")
+_COMPRESSION = ("ingest.compression.window_turns", "ingest.compression.overlap_turns", "ingest.compression.consolidate_above")
+_TEXT_GATE = ("ingest.text.window", "ingest.text.reject_above", "ingest.text.uncertain_above", "ingest.text.min_words")
+
+Rule = Callable[[MemoryConfig], bool]
+_MISSING = object()
+
+
+# ---------------------------------------------------------------- config access
+def get_path(cfg: Any, path: str) -> Any:
+    obj = cfg
+    for part in path.split("."):
+        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+    return obj
+
+
+def _replace(obj: Any, parts: list[str], value: Any) -> Any:
+    if len(parts) == 1:
+        return dataclasses.replace(obj, **{parts[0]: value})
+    return dataclasses.replace(obj, **{parts[0]: _replace(getattr(obj, parts[0]), parts[1:], value)})
+
+
+def with_values(cfg: MemoryConfig, values: dict[str, Any]) -> MemoryConfig:
+    """``cfg`` with typed values set by path (no parsing, no validation: for values a lever produced)."""
+    for path, value in values.items():
+        cfg = _replace(cfg, path.split("."), value)
+    return cfg
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            out.update(_flatten(value, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = value
+    return out
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    return str(value)
+
+
+# ---------------------------------------------------------------- what acts in a config
+def pyramid_expands(cfg: MemoryConfig) -> bool:
+    """Levels 2-3 run (build_pyramid returns after level 1 when off or showing summaries)."""
+    return cfg.pyramid.enabled and cfg.answer.context_text != "summary"
+
+
+def _compressed(cfg: MemoryConfig) -> bool:
+    """Only compressed memories differ from their summary: a raw turn's summary is its whole text, and its
+    raw content adds nothing (Retriever.load_raw), so context_text=both and level 3 need compression."""
+    return cfg.ingest.compression.enabled
+
+
+def level3_active(cfg: MemoryConfig) -> bool:
+    return pyramid_expands(cfg) and cfg.pyramid.level3 and (_compressed(cfg) or cfg.pyramid.level3_media)
+
+
+def facts_shown(cfg: MemoryConfig) -> bool:
+    return cfg.graph.enabled and cfg.answer.include_graph_facts and cfg.graph.max_facts > 0
+
+
+def graph_active(cfg: MemoryConfig) -> bool:
+    return cfg.graph.enabled and (cfg.graph.max_maus > 0 or facts_shown(cfg))
+
+
+def graph_reach(cfg: MemoryConfig, hops: int | None = None) -> int:
+    """Hops that can still count: an entity d hops out scores beta^d * conf <= beta^d, and one scoring
+    under min_score is ignored (KnowledgeGraph._strength), so hops beyond this are dead."""
+    g = cfg.graph
+    limit = g.hops if hops is None else hops
+    d = 0
+    while d < limit and g.beta ** (d + 1) >= g.min_score:
+        d += 1
+    return d
+
+
+def kept_candidates(cfg: MemoryConfig) -> int:
+    """The most candidates retrieval hands to the pyramid."""
+    r = cfg.retrieval
+    if r.merge in _DENSE_CUT:
+        n = min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
+    elif r.merge == "bm25_only":
+        n = min(r.sparse_k, r.top_k)
+    else:
+        n = min(r.top_k, r.dense_k + r.sparse_k)
+    return n + (cfg.graph.max_maus if cfg.graph.enabled else 0)
+
+
+def level1_bound(cfg: MemoryConfig) -> int:
+    """Tokens the level-1 summaries can take at most (each is cut to summary_max_tokens)."""
+    return kept_candidates(cfg) * (cfg.pyramid.summary_max_tokens + LINE_FRAMING_TOKENS)
+
+
+def budget_binds(cfg: MemoryConfig) -> bool:
+    return pyramid_expands(cfg) or facts_shown(cfg) or cfg.pyramid.budget_tokens < level1_bound(cfg)
+
+
+# ---------------------------------------------------------------- the effective config
+def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
+    """Every field by path, ``DEAD`` where its value cannot change the reader's input, coupled fields
+    replaced by the value that acts. Equal views mean equal behaviour (as far as the config decides)."""
+    view = _flatten(cfg)
+
+    def dead(*paths: str) -> None:
+        for p in paths:
+            view[p] = DEAD
+
+    dead(*_NEVER_MATTER)
+    r = cfg.retrieval
+    if r.merge in _DENSE_CUT:  # the dense list is dense_k hits cut at top_k: only the smaller acts
+        view["retrieval.top_k"] = view["retrieval.dense_k"] = min(r.dense_k, r.top_k)
+    elif r.merge == "bm25_only":
+        view["retrieval.top_k"] = view["retrieval.sparse_k"] = min(r.sparse_k, r.top_k)
+        dead("retrieval.dense_k")
+    else:  # fusions cut the union, which has at most dense_k + sparse_k hits
+        view["retrieval.top_k"] = min(r.top_k, r.dense_k + r.sparse_k)
+    if r.merge == "dense_only":
+        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields")
+    if r.merge != "rrf":
+        dead("retrieval.rrf_k")
+    if r.merge != "linear":
+        dead("retrieval.linear_alpha")
+    if not _compressed(cfg):
+        dead("retrieval.sparse_fields", *_COMPRESSION)
+    if not cfg.ingest.text.enabled:
+        dead(*_TEXT_GATE)
+
+    if not pyramid_expands(cfg):
+        dead("pyramid.enabled", "answer.context_text", "pyramid.theta")
+    elif cfg.answer.context_text == "both" and not _compressed(cfg):
+        view["answer.context_text"] = "full_text"
+    if not level3_active(cfg):
+        dead("pyramid.level3", "pyramid.level3_media", "pyramid.modality_tokens")
+    elif not cfg.pyramid.level3_media:
+        dead("pyramid.modality_tokens")
+    if not budget_binds(cfg):
+        dead("pyramid.budget_tokens")
+
+    if not graph_active(cfg):
+        dead(*(p for p in view if p.startswith("graph.")), "answer.include_graph_facts")
+    else:
+        if not facts_shown(cfg):
+            dead("graph.max_facts", "answer.include_graph_facts")
+        view["graph.hops"] = graph_reach(cfg)
+        if view["graph.hops"] == 0:
+            dead("graph.beta")
+    return view
+
+
+def effective_key(cfg: MemoryConfig) -> str:
+    """sha256 of the canonical JSON of ``effective_view``."""
+    text = json.dumps(effective_view(cfg), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- when a field lever is live
+def _merge_is(*names: str) -> Rule:
+    return lambda c: c.retrieval.merge in names
+
+
+def _field_meta(path: str) -> dict[str, Any]:
+    return _declared_map()[path]
+
+
+#: path -> (human-readable rule, rule over the resolved config); a lever without an entry is always live
+LIVE_RULES: dict[str, tuple[str, Rule]] = {
+    "retrieval.top_k": ("always; set_union/dense_only keep min(dense_k, top_k) dense hits, bm25_only "
+                        "min(sparse_k, top_k)", lambda c: True),
+    "retrieval.dense_k": ("merge != bm25_only; set_union/dense_only keep min(dense_k, top_k)",
+                          _merge_is("set_union", "dense_only", "rrf", "linear")),
+    "retrieval.sparse_k": ("merge != dense_only; bm25_only keeps min(sparse_k, top_k)",
+                           _merge_is("set_union", "bm25_only", "rrf", "linear")),
+    "retrieval.sparse_fields": ("merge != dense_only and ingest.compression.enabled (a raw turn has no text "
+                                "beyond its summary)", lambda c: c.retrieval.merge != "dense_only" and _compressed(c)),
+    "retrieval.rrf_k": ("merge == rrf", _merge_is("rrf")),
+    "retrieval.linear_alpha": ("merge == linear", _merge_is("linear")),
+    "pyramid.enabled": ("answer.context_text != summary", lambda c: c.answer.context_text != "summary"),
+    "answer.context_text": ("pyramid.enabled; both == full_text unless compressed", lambda c: c.pyramid.enabled),
+    "pyramid.theta": ("pyramid.enabled and context_text != summary", pyramid_expands),
+    "pyramid.level3": ("pyramid expands and (ingest.compression.enabled or pyramid.level3_media): a raw turn's "
+                       "raw content is its full text", lambda c: pyramid_expands(c) and (_compressed(c) or c.pyramid.level3_media)),
+    "pyramid.budget_tokens": ("pyramid expands, graph facts shown, or level-1 summaries can exceed the budget",
+                              lambda c: pyramid_expands(c) or facts_shown(c)
+                              or level1_bound(c) > _field_meta("pyramid.budget_tokens")["low"]),
+    "graph.enabled": ("graph.max_maus > 0 or graph facts shown",
+                      lambda c: c.graph.max_maus > 0 or (c.answer.include_graph_facts and c.graph.max_facts > 0)),
+    "graph.hops": ("graph active; hops past the last with beta^d >= min_score are dead", graph_active),
+    "graph.beta": ("graph active and hops >= 1", lambda c: graph_active(c) and c.graph.hops >= 1),
+    "graph.max_seeds": ("graph active", graph_active),
+    "graph.min_score": ("graph active", graph_active),
+    "graph.max_maus": ("graph.enabled", lambda c: c.graph.enabled),
+    "graph.max_facts": ("graph.enabled and answer.include_graph_facts",
+                        lambda c: c.graph.enabled and c.answer.include_graph_facts),
+    "answer.include_graph_facts": ("graph.enabled and graph.max_facts > 0",
+                                   lambda c: c.graph.enabled and c.graph.max_facts > 0),
+    "ingest.text.reject_above": ("ingest.text.enabled", lambda c: c.ingest.text.enabled),
+}
+
+#: path -> the highest value that can still act, given the rest of the config (None: no cap)
+SPAN_CAPS: dict[str, Callable[[MemoryConfig], int | None]] = {
+    "retrieval.top_k": lambda c: (c.retrieval.dense_k if c.retrieval.merge in _DENSE_CUT else c.retrieval.sparse_k
+                                  if c.retrieval.merge == "bm25_only" else c.retrieval.dense_k + c.retrieval.sparse_k),
+    "retrieval.dense_k": lambda c: c.retrieval.top_k if c.retrieval.merge in _DENSE_CUT else None,
+    "retrieval.sparse_k": lambda c: c.retrieval.top_k if c.retrieval.merge == "bm25_only" else None,
+    "graph.hops": lambda c: graph_reach(c, hops=_field_meta("graph.hops")["high"]),
+    "pyramid.budget_tokens": lambda c: None if pyramid_expands(c) or facts_shown(c) else level1_bound(c),
+}
+
+
+# ---------------------------------------------------------------- levers
+@dataclass(frozen=True)
+class Lever:
+    id: str
+    sets: tuple[str, ...]  # config paths it writes
+    kind: str  # int | float | bool | choice
+    effect: str
+    live_when: str
+    live_if: Callable[[MemoryConfig], bool] = field(repr=False, compare=False)
+    low: Any = None
+    high: Any = None
+    choices: tuple[Any, ...] | None = None
+    step: float | None = None  # the grid a menu offers for a float
+    writes: Callable[[Any], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    reads: Callable[[MemoryConfig], Any] | None = field(default=None, repr=False, compare=False)
+    cap: Callable[[MemoryConfig], Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_macro(self) -> bool:
+        return self.sets != (self.id,)
+
+    def values(self, value: Any) -> dict[str, Any]:
+        """Config path -> value that setting this lever to ``value`` writes."""
+        return self.writes(value) if self.writes else {self.id: value}
+
+    def overrides(self, value: Any) -> list[str]:
+        return [f"{k}={format_value(v)}" for k, v in self.values(value).items()]
+
+    def apply(self, cfg: MemoryConfig, value: Any) -> MemoryConfig:
+        return with_values(cfg, self.values(value))
+
+    def current(self, cfg: MemoryConfig) -> Any:
+        """The lever's value in ``cfg`` (None for a macro whose knobs are not in its shape)."""
+        return self.reads(cfg) if self.reads else get_path(cfg, self.id)
+
+    def validate(self, value: Any) -> Any:
+        """``value`` as the lever's type; ProposalFormatError if it is not one of its values."""
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise ProposalFormatError(f"{self.id}: expected true or false, got {value!r}")
+            return value
+        if self.kind == "choice":
+            if not isinstance(value, str) or value not in self.choices:
+                raise ProposalFormatError(f"{self.id}: unknown choice {value!r} (one of {' | '.join(self.choices)})")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProposalFormatError(f"{self.id}: expected a number, got {value!r}")
+        if self.kind == "int":
+            if isinstance(value, float) and not value.is_integer():
+                raise ProposalFormatError(f"{self.id}: expected an integer, got {value!r}")
+            value = int(value)
+        else:
+            value = float(value)
+        if not self.low <= value <= self.high:
+            raise ProposalFormatError(f"{self.id}={value} is outside [{self.low}..{self.high}]")
+        return value
+
+    def span(self, cfg: MemoryConfig) -> tuple[Any, Any]:
+        """(low, high) of the values that can act in ``cfg`` (high < low: none)."""
+        cap = self.cap(cfg) if self.cap else None
+        return self.low, self.high if cap is None else min(self.high, cap)
+
+    def grid(self) -> list[Any]:
+        """Every value of a bool, choice or float lever (floats on their step), for probing and menus."""
+        if self.kind == "bool":
+            return [True, False]
+        if self.kind == "choice":
+            return list(self.choices)
+        if self.kind == "float" and self.step:
+            n = int(round((self.high - self.low) / self.step))
+            return [round(self.low + i * self.step, 6) for i in range(n + 1)]
+        return [self.low, self.high]
+
+    def options(self, cfg: MemoryConfig) -> list[Any]:
+        """Values that change the effective config (for an int: the ends of its live span that do)."""
+        lo, hi = self.span(cfg)
+        if self.kind == "int":
+            probe = [lo, hi] if lo <= hi else []
+        else:
+            probe = [v for v in self.grid() if self.kind != "float" or lo <= v <= hi]
+        base = effective_key(cfg)
+        return [v for v in dict.fromkeys(probe) if effective_key(self.apply(cfg, v)) != base]
+
+
+def _declared() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, lever metadata) of every field memsys/config.py declares with ``lever(...)``."""
+    def walk(obj: Any, prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                yield from walk(value, f"{prefix}{f.name}.")
+            elif "lever" in f.metadata:
+                yield prefix + f.name, f.metadata["lever"]
+
+    return walk(MemoryConfig(), "")
+
+
+@lru_cache(maxsize=1)
+def _declared_map() -> dict[str, dict[str, Any]]:
+    return dict(_declared())
+
+
+def _make(rule: Rule, **kw: Any) -> Lever:
+    """A lever whose live_if is its rule and at least one value that changes the effective config."""
+    box: list[Lever] = []
+    lever = Lever(live_if=lambda cfg: rule(cfg) and bool(box[0].options(cfg)), **kw)
+    box.append(lever)
+    return lever
+
+
+def _field_lever(path: str, meta: dict[str, Any]) -> Lever:
+    when, rule = LIVE_RULES.get(path, ("always", lambda c: True))
+    return _make(rule, id=path, sets=(path,), kind=meta["kind"], effect=meta["effect"], live_when=when,
+                 low=meta["low"], high=meta["high"], choices=meta["choices"], step=meta["step"], cap=SPAN_CAPS.get(path))
+
+
+def _hybrid_width(cfg: MemoryConfig) -> int | None:
+    r = cfg.retrieval
+    return r.sparse_k if r.merge == "set_union" and min(r.dense_k, r.top_k) == r.sparse_k else None
+
+
+def _macros() -> list[Lever]:
+    k = _field_meta("retrieval.top_k")
+    return [
+        _make(_merge_is(*_DENSE_CUT), id="widen_dense", sets=("retrieval.dense_k", "retrieval.top_k"), kind="int",
+              low=k["low"], high=k["high"], effect="Dense hits kept: sets dense_k and top_k together (one alone is cut by the other)",
+              live_when="merge is set_union or dense_only",
+              writes=lambda v: {"retrieval.dense_k": v, "retrieval.top_k": v},
+              reads=lambda c: min(c.retrieval.dense_k, c.retrieval.top_k)),
+        _make(_merge_is("bm25_only"), id="widen_bm25", sets=("retrieval.sparse_k", "retrieval.top_k"), kind="int",
+              low=k["low"], high=k["high"], effect="BM25 hits kept: sets sparse_k and top_k together",
+              live_when="merge == bm25_only",
+              writes=lambda v: {"retrieval.sparse_k": v, "retrieval.top_k": v},
+              reads=lambda c: min(c.retrieval.sparse_k, c.retrieval.top_k)),
+        _make(lambda c: True, id="widen_hybrid",
+              sets=("retrieval.merge", "retrieval.dense_k", "retrieval.sparse_k", "retrieval.top_k"), kind="int",
+              low=k["low"], high=k["high"], effect="Hybrid retrieval: set_union of v dense hits and v BM25 hits the dense list missed",
+              live_when="when it changes the config",
+              writes=lambda v: {"retrieval.merge": "set_union", "retrieval.dense_k": v, "retrieval.sparse_k": v,
+                                "retrieval.top_k": v},
+              reads=_hybrid_width),
+        _make(lambda c: True, id="full_text_context", sets=("pyramid.enabled", "answer.context_text", "pyramid.level3"),
+              kind="bool", effect="Full text for candidates above theta (pyramid on, context_text=full_text); false: summaries only",
+              live_when="when it changes the config",
+              writes=lambda v: {"pyramid.enabled": v, "answer.context_text": "full_text" if v else "summary",
+                                "pyramid.level3": v},
+              reads=pyramid_expands),
+        _make(lambda c: True, id="graph_on", sets=("graph.enabled", "answer.include_graph_facts"), kind="bool",
+              effect="Knowledge graph on, with its fact lines shown to the reader (false: off)",
+              live_when="when it changes the config",
+              writes=lambda v: {"graph.enabled": v, "answer.include_graph_facts": v},
+              reads=lambda c: c.graph.enabled and c.answer.include_graph_facts),
+    ]
+
+
+_SECTIONS = ("retrieval", "pyramid", "graph", "answer", "ingest")  # the order levers are shown in
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[Lever, ...]:
+    fields = sorted(_declared(), key=lambda pm: _SECTIONS.index(pm[0].split(".")[0]))  # stable: schema order within
+    return (*(_field_lever(p, m) for p, m in fields), *_macros())
+
+
+def catalogue() -> list[Lever]:
+    """Every lever: the schema's field levers, then the macros."""
+    return list(_catalogue())
+
+
+def lever_by_id(lever_id: str) -> Lever | None:
+    return next((lv for lv in _catalogue() if lv.id == lever_id), None)
+
+
+def reader_only(lever: Lever) -> bool:
+    """A lever that changes only what the reader is asked, not the context: dead for a reader-free objective."""
+    return all(p.startswith("answer.") for p in lever.sets)
+
+
+def live_levers(cfg: MemoryConfig, *, reader_free: bool = False) -> list[Lever]:
+    return [lv for lv in _catalogue() if lv.live_if(cfg) and not (reader_free and reader_only(lv))]
+
+
+def _values_text(lever: Lever, cfg: MemoryConfig) -> str:
+    if lever.kind == "int":
+        return "[{}..{}]".format(*lever.span(cfg))
+    opts = lever.options(cfg)
+    if lever.kind == "float":
+        return f"[{format_value(min(opts))}..{format_value(max(opts))}]"
+    return "{" + "|".join(format_value(v) for v in opts) + "}"
+
+
+def render_levers(cfg: MemoryConfig, *, reader_free: bool = False) -> str:
+    """One line per live lever, ``id = current  [values that act]  effect`` (dead levers left out)."""
+    lines = []
+    for lv in live_levers(cfg, reader_free=reader_free):
+        cur = lv.current(cfg)
+        lines.append(f"{lv.id} = {'-' if cur is None else format_value(cur)}  {_values_text(lv, cfg)}  {lv.effect}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- overrides
+def _split(override: str) -> tuple[str, str]:
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} is not key=value")
+    key, raw = (s.strip() for s in override.split("=", 1))
+    return key.removeprefix("memory."), raw
+
+
+def resolve(cfg: MemoryConfig, overrides: Sequence[str]) -> MemoryConfig:
+    """The config after ``key=value`` overrides (keys relative to the memory config, ``memory.`` allowed;
+    values parsed as YAML, as research/edits.py writes them). Unknown key or bad type: ConfigError."""
+    if not overrides:
+        return cfg
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    node = OmegaConf.structured(cfg)
+    OmegaConf.set_struct(node, True)
+    for ov in overrides:
+        key, raw = _split(ov)
+        try:
+            if OmegaConf.select(node, key, default=_MISSING) is _MISSING:
+                raise ConfigError(f"override {ov!r}: unknown key '{key}'")
+            OmegaConf.update(node, key, OmegaConf.create(f"v: {raw}").v, merge=True)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"override {ov!r}: {str(exc).splitlines()[0]}") from exc
+    return OmegaConf.to_object(node)
+
+
+def static_noop(cfg: MemoryConfig, overrides: Sequence[str]) -> str | None:
+    """Why ``overrides`` change nothing effective in ``cfg`` (every touched key dead in the result or
+    already at its value), or None when they change the effective config."""
+    if not overrides:
+        return "no overrides"
+    new = resolve(cfg, overrides)
+    if effective_key(new) != effective_key(cfg):
+        return None
+    reasons = []
+    for ov in overrides:
+        key, raw = _split(ov)
+        lever = lever_by_id(key)
+        if get_path(new, key) == get_path(cfg, key):
+            reasons.append(f"{key} is already {raw}")
+        elif lever is None:
+            reasons.append(f"{key}={raw} does not change what the reader is given")
+        elif lever.kind == "int" and lever.live_if(new):
+            reasons.append(f"{key}={raw} acts only in [{'..'.join(map(str, lever.span(new)))}] here ({lever.live_when})")
+        else:
+            reasons.append(f"{key}={raw} is dead here (live when {lever.live_when})")
+    return "no effective change: " + "; ".join(reasons)
+
+
+# ---------------------------------------------------------------- schema-constrained menu
+def _value_schema(lever: Lever, cfg: MemoryConfig) -> dict[str, Any]:
+    if lever.kind == "int":
+        lo, hi = lever.span(cfg)
+        return {"type": "integer", "minimum": lo, "maximum": hi}
+    return {"enum": lever.options(cfg)}  # bool, choice, float grid: the values that act
+
+
+def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = False) -> dict[str, Any]:
+    """JSON schema of a menu reply: 1..max_changes changes, each a live lever with a value that can act.
+    Uses only what llama.cpp's json-schema-to-grammar supports (anyOf, const, enum, integer bounds)."""
+    items = [{"type": "object",
+              "properties": {"lever": {"const": lv.id}, "value": _value_schema(lv, cfg)},
+              "required": ["lever", "value"], "additionalProperties": False}
+             for lv in live_levers(cfg, reader_free=reader_free)]
+    if not items:
+        raise ProposalFormatError("no live lever in this config")
+    return {"type": "object",
+            "properties": {"hypothesis": {"type": "string"},
+                           "targets": {"type": "string", "enum": list(FAILURE_TARGETS)},
+                           "why": {"type": "string"},
+                           "changes": {"type": "array", "items": {"anyOf": items}, "minItems": 1, "maxItems": max_changes}},
+            "required": ["hypothesis", "targets", "why", "changes"], "additionalProperties": False}
+
+
+def parse_menu(data: Any, cfg: MemoryConfig) -> list[str]:
+    """Overrides of a menu reply; ProposalFormatError for an unknown or dead lever, a bad value, or two
+    changes writing different values to the same key."""
+    changes = data.get("changes") if isinstance(data, dict) else None
+    if not isinstance(changes, list) or not changes:
+        raise ProposalFormatError("menu reply has no changes")
+    written: dict[str, Any] = {}
+    out: list[str] = []
+    for ch in changes:
+        lever = lever_by_id(ch.get("lever")) if isinstance(ch, dict) and isinstance(ch.get("lever"), str) else None
+        if lever is None:
+            raise ProposalFormatError(f"unknown lever in {ch!r}")
+        if not lever.live_if(cfg):
+            raise ProposalFormatError(f"lever {lever.id} is dead in this config (live when {lever.live_when})")
+        value = lever.validate(ch.get("value"))
+        for path, v in lever.values(value).items():
+            if path in written and written[path] != v:
+                raise ProposalFormatError(f"two changes set {path} ({format_value(written[path])} and {format_value(v)})")
+            written[path] = v
+        out += [o for o in lever.overrides(value) if o not in out]
+    return out
+
+
+# ---------------------------------------------------------------- Optuna
+def optuna_distribution(lever: Lever) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if lever.kind == "bool":
+        return CategoricalDistribution((True, False))
+    if lever.kind == "choice":
+        return CategoricalDistribution(tuple(lever.choices))
+    if lever.kind == "int":
+        return IntDistribution(int(lever.low), int(lever.high))
+    return FloatDistribution(float(lever.low), float(lever.high))
+
+
+def params_of(cfg: MemoryConfig, levers: Sequence[Lever]) -> dict[str, Any]:
+    """Current value of each lever (macros not in their shape left out), for ``study.add_trial``."""
+    out = {}
+    for lv in levers:
+        value = lv.current(cfg)
+        if value is not None:
+            out[lv.id] = value
+    return out

@@ -1,0 +1,67 @@
+"""Which proposers a run uses, built from its config (one place for research.proposer and
+research.researcher)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import ConfigError
+from research.proposers.base import Proposer
+
+#: what a researcher prompt costs besides its context sections (system prompt, instructions, framing);
+#: measured on the menu prompt: 672 prompt tokens with a 150-token context (see tests)
+PROMPT_OVERHEAD_TOKENS = 700
+
+
+def researcher_mode(setup: Any) -> str:
+    from research.proposers.llm import pick_mode
+
+    return pick_mode(setup.research.researcher.mode, setup.eval.llm)
+
+
+def reply_tokens(setup: Any) -> int:
+    rc = setup.research.researcher
+    if rc.max_tokens:
+        return rc.max_tokens
+    return 384 if setup.research.proposer == "hybrid" or researcher_mode(setup) == "menu" else 1024
+
+
+def make_proposers(setup: Any, llm: Any, study: Any) -> dict[str, Proposer]:
+    kind, rc = setup.research.proposer, setup.research.researcher
+    out: dict[str, Proposer] = {}
+    if kind in ("llm", "alternate"):
+        from research.proposers.llm import LLMProposer
+
+        out["llm"] = LLMProposer(llm, mode=researcher_mode(setup), max_tokens=reply_tokens(setup),
+                                 temperature=rc.temperature, max_changes=rc.max_changes)
+    if kind in ("optuna", "alternate"):
+        from research.proposers.optuna_proposer import OptunaProposer
+
+        out["optuna"] = OptunaProposer(study)
+    if kind == "hybrid":
+        from research.proposers.hybrid import HybridProposer
+
+        out["hybrid"] = HybridProposer(llm, study, trials=rc.hybrid_trials, max_tokens=reply_tokens(setup),
+                                       temperature=rc.temperature)
+    if kind == "random":
+        from research.proposers.random_proposer import RandomProposer
+
+        out["random"] = RandomProposer()
+    return out
+
+
+def uses_llm_researcher(setup: Any) -> bool:
+    return setup.research.proposer in ("llm", "alternate", "hybrid")
+
+
+def check_context_fits(setup: Any) -> None:
+    """The researcher's prompt plus its reply must fit the embedded model's window; refuse to start
+    a run that would overflow it (the server would cut the prompt, silently)."""
+    llm = setup.eval.llm
+    if llm.backend != "local" or not uses_llm_researcher(setup):
+        return
+    budget = setup.research.loop.context_budget_tokens
+    need = budget + PROMPT_OVERHEAD_TOKENS + reply_tokens(setup)
+    if need > llm.local.n_ctx:
+        raise ConfigError(f"research.loop.context_budget_tokens={budget} plus prompt and reply ({need} tokens) exceed "
+                          f"the local model's window llm.local.n_ctx={llm.local.n_ctx}: lower the budget or raise n_ctx")

@@ -1,0 +1,264 @@
+"""What ``memsys run`` / ``memsys quickstart`` print: the loop's events as lines, and the closing table.
+
+Readable at 80 columns and in a file (CI logs, ``memsys quickstart > log``): short fixed columns,
+free text (hypotheses, lessons, messages) wrapped on lines of its own, never cut.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from rich.text import Text
+
+from research.taxonomy import DISCOVERY_ABBREV, delta_of, paired_test_text, rejection_kind
+from research.trajectory import ExperimentRecord
+
+#: without a terminal (a file, CI) a progress line at most every this fraction of the total
+PROGRESS_STEP = 0.10
+INDENT = "    "
+MIN_WRAP = 20  # columns of text per line, however narrow the console
+DECISION_STYLES = {"baseline": "bold", "proceed": "bold green", "iterate": "yellow", "pivot": "red",
+                   "failed": "red", "rejected": "dim"}
+
+
+def wrap_lines(console: Any, text: Text | str, *, indent: str = INDENT, first: str | None = None,
+               style: str = "") -> list[Text]:
+    """``text`` wrapped to the console width after ``indent`` (``first`` on the first line), no trailing spaces.
+
+    A str is flattened to one paragraph; a Text keeps its styles.
+    """
+    first = indent if first is None else first
+    body = text.copy() if isinstance(text, Text) else Text(" ".join(str(text).split()), style=style)
+    head = body.wrap(console, max(console.width - len(first), MIN_WRAP), overflow="fold")[0]
+    cut = len(head.plain)  # wrap keeps every character: the rest starts where the first line ends
+    cut += len(body.plain[cut:]) - len(body.plain[cut:].lstrip(" "))
+    rest = body[cut:]
+    out = [Text(first) + head]
+    if rest.plain.strip():
+        out += [Text(indent) + line for line in rest.wrap(console, max(console.width - len(indent), MIN_WRAP),
+                                                              overflow="fold")]
+    for line in out:
+        line.rstrip()
+    return out
+
+
+def _value(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+class EventPrinter:
+    """The loop's ``on_event`` as terminal lines: one per stage, throttled progress, each experiment's outcome.
+
+    Events of research/loop.py (kind, data):
+
+    - ``stage``: {experiment, stage, detail}, stage one of propose | screen | apply | evaluate | check |
+      decide | record (any other name is printed as well): "exp-003 screen: 152 questions, reader-free";
+    - ``progress``: {experiment, stage, done, total[, unit]}: "exp-003 evaluate: 40/152 questions", on a
+      terminal one line updated in place, elsewhere at most one line every PROGRESS_STEP of the total;
+    - ``experiment``: {record: ExperimentRecord, best}: decision, value, delta and paired test, then the
+      hypothesis, the failure or rejection, and the lesson;
+    - ``sandbox``, ``propose``, ``heal``, ``confirm``, ``confirmed`` as before.
+
+    Any other kind is ignored, and a missing field never raises (the printer must not stop the loop).
+    """
+
+    def __init__(self, console: Any):
+        self.console = console
+        self._printed: dict[tuple[str, str], int] = {}  # (experiment, stage) -> last "done" printed
+        self._status: Any = None  # rich Status of the live progress line (terminal only)
+        self._handlers = {"sandbox": self._sandbox, "propose": self._propose, "stage": self._stage,
+                          "progress": self._progress, "experiment": self._experiment, "heal": self._heal,
+                          "confirm": self._confirm, "confirmed": self._confirmed}
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        handler = self._handlers.get(kind)
+        if handler is None:
+            return
+        if kind != "progress":
+            self.close()
+        handler(data if isinstance(data, dict) else {})
+
+    def close(self) -> None:
+        """Take down the live progress line (call before printing anything else, and at the end)."""
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def _print(self, *lines: Text) -> None:
+        print_lines(self.console, lines)
+
+    def _sandbox(self, d: dict[str, Any]) -> None:
+        line = Text(f"sandbox {d.get('backend', '?')}: {', '.join(d.get('guarantees') or [])}", style="dim")
+        if d.get("weak"):
+            line.append(" (weak: allowed by research.sandbox.allow_weak)", style="red")
+        self._print(line)
+
+    def _propose(self, d: dict[str, Any]) -> None:
+        self._print(Text(f"{d.get('experiment', '?')}: asking the {d.get('proposer', '?')} proposer "
+                         f"({d.get('mode', '?')})...", style="dim"))
+
+    def _stage(self, d: dict[str, Any]) -> None:
+        exp, stage, detail = str(d.get("experiment", "?")), str(d.get("stage", "?")), str(d.get("detail") or "")
+        self._printed.pop((exp, stage), None)  # a stage (re)starts: its progress starts over
+        line = Text.assemble((exp, "bold"), " ", (stage, "cyan"), (": " + " ".join(detail.split())) if detail else "")
+        self._print(*wrap_lines(self.console, line, first=""))
+
+    def _progress(self, d: dict[str, Any]) -> None:
+        exp, stage = str(d.get("experiment", "?")), str(d.get("stage", "evaluate"))
+        done, total = d.get("done"), d.get("total")
+        if not isinstance(done, int) or not isinstance(total, int) or total <= 0:
+            return
+        text = f"{exp} {stage}: {done}/{total} {d.get('unit', 'questions')}"
+        if self.console.is_terminal and done < total:
+            if self._status is None:
+                self._status = self.console.status(text)
+                self._status.start()
+            else:
+                self._status.update(text)
+            return
+        last = self._printed.get((exp, stage), 0)
+        if done == last or (done < total and done - last < max(1, math.ceil(PROGRESS_STEP * total))):
+            return
+        self.close()
+        self._printed[(exp, stage)] = done
+        self._print(Text(text, style="dim"))
+
+    def _experiment(self, d: dict[str, Any]) -> None:
+        r = d.get("record")
+        if r is None:
+            return
+        self._print(*experiment_lines(self.console, r))
+
+    def _heal(self, d: dict[str, Any]) -> None:
+        self._print(Text(f"  heal {d.get('experiment', '?')} #{d.get('attempt', '?')}: {d.get('failure', '?')} -> "
+                         f"{d.get('action', '?')}", style="yellow"))
+
+    def _confirm(self, d: dict[str, Any]) -> None:
+        self._print(Text(f"held-out confirmation: baseline and best on the {d.get('split', 'test')} split...", style="dim"))
+
+    def _confirmed(self, d: dict[str, Any]) -> None:
+        self._print(Text.assemble(("held-out", "bold"), " ", str(d.get("line", ""))))
+
+
+def experiment_lines(console: Any, r: ExperimentRecord) -> list[Text]:
+    """An experiment's outcome: decision, value, delta with the paired test; then what it tried and learned."""
+    head = Text.assemble((r.experiment_id, "bold"), " ", (r.decision, DECISION_STYLES.get(r.decision, "")))
+    kind = rejection_kind(r)
+    if kind:
+        head.append(f": {kind}, not evaluated")
+    elif r.objective_value is not None or r.decision not in ("failed", "rejected"):
+        head.append(f" {_value(r.objective_value)}")
+        delta = delta_of(r)
+        if delta is not None and r.decision != "baseline":
+            head.append(f" Δ {delta:+.4f}")
+        test = paired_test_text(r.test)
+        if test:
+            head.append(f" {test}")
+    lines = wrap_lines(console, head, first="")
+    if r.hypothesis and r.decision != "baseline":
+        lines += wrap_lines(console, r.hypothesis, style="dim")
+    text, style = _outcome(r)
+    if text:  # a rejection's kind is in the first line already: its message alone here
+        lines += wrap_lines(console, str((r.failure or {}).get("message") or "") if kind else text, style=style)
+    if r.lesson:
+        lines += wrap_lines(console, f"lesson: {r.lesson}")
+    return lines
+
+
+# --- the closing table ---------------------------------------------------------------
+TABLE_COLUMNS = ("exp", "proposer", "decision", "value", "delta", "type")
+#: widest value a column takes before it is cut (known values always fit)
+TABLE_CAPS = {"exp": 12, "proposer": 9, "decision": 8, "type": 11}
+GAP = "  "
+
+
+def type_abbrev(r: ExperimentRecord) -> str:
+    """The classified type's abbreviation, "/" and the researcher's own when the two differ (AC/HP)."""
+    def ab(t: str | None) -> str:
+        return DISCOVERY_ABBREV.get(t, t) if t else "-"
+    if r.proposed_type and r.proposed_type != r.discovery_type:
+        return f"{ab(r.discovery_type)}/{ab(r.proposed_type)}"
+    return ab(r.discovery_type)
+
+
+def _changes(r: ExperimentRecord) -> str:
+    parts = []
+    if r.config_overrides:
+        parts.append("overrides " + " ".join(r.config_overrides))
+    paths = list(dict.fromkeys(str(e.get("path", "?")) for e in r.edits if isinstance(e, dict)))
+    if paths:
+        parts.append("edits " + ", ".join(paths))
+    return "; ".join(parts)
+
+
+def _outcome(r: ExperimentRecord) -> tuple[str, str]:
+    """(text, style) of why an experiment was not evaluated or failed; empty when it was not."""
+    f = r.failure if isinstance(r.failure, dict) else {}
+    kind = rejection_kind(r)
+    message = str(f.get("message") or "")
+    if kind:
+        return f"rejected, {kind}" + (f": {message}" if message else ""), "dim"
+    if f:
+        return f"{f.get('cls') or f.get('class') or 'failure'}" + (f": {message}" if message else ""), "red"
+    return "", ""
+
+
+def trajectory_lines(console: Any, records: Sequence[ExperimentRecord], title: str = "") -> list[Text]:
+    """One short row per experiment (fits 80 columns), its hypothesis, changes, outcome and lesson below it."""
+    rows = []
+    for r in records:
+        delta = delta_of(r)
+        rows.append((r.experiment_id, r.proposer, r.decision, _value(r.objective_value),
+                     "" if delta is None or r.decision == "baseline" else f"{delta:+.4f}", type_abbrev(r)))
+    widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(TABLE_COLUMNS)]
+    widths = [min(w, TABLE_CAPS.get(c, w)) for w, c in zip(widths, TABLE_COLUMNS)]
+    right = {"value", "delta"}
+
+    def cells(values: Sequence[str]) -> list[str]:
+        return [(v[:w].rjust(w) if c in right else v[:w].ljust(w)) for v, w, c in zip(values, widths, TABLE_COLUMNS)]
+
+    lines = wrap_lines(console, Text(title, style="bold"), first="") if title else []
+    lines.append(Text(GAP.join(cells(TABLE_COLUMNS)).rstrip(), style="bold"))
+    for r, row in zip(records, rows):
+        line = Text()
+        for n, (cell, column) in enumerate(zip(cells(row), TABLE_COLUMNS)):
+            line.append(GAP if n else "")
+            line.append(cell, style=DECISION_STYLES.get(r.decision, "") if column == "decision" else "")
+        line.rstrip()
+        lines.append(line)
+        if r.hypothesis and r.decision != "baseline":
+            lines += wrap_lines(console, r.hypothesis)
+        if _changes(r):
+            lines += wrap_lines(console, _changes(r), style="dim")
+        text, style = _outcome(r)
+        if text:
+            lines += wrap_lines(console, text, style=style)
+        if r.lesson:
+            lines += wrap_lines(console, f"lesson: {r.lesson}", style="dim")
+    legend = ", ".join(f"{a} {t.replace('_', ' ')}" for t, a in DISCOVERY_ABBREV.items())
+    lines += wrap_lines(console, f"type: {legend}; X/Y: classified X, proposed as Y", first="", style="dim")
+    return lines
+
+
+def summary_lines(console: Any, records: Sequence[ExperimentRecord], *, run_id: str, run_dir: Any, objective: str,
+                  best_value: float | None, best_commit: str, elapsed_s: float, ui: str) -> list[Text]:
+    """What ``memsys run`` prints when it ends: the closing table, the best, and where to look next."""
+    ref = f"refs/autoresearch/{run_id}/best"
+    start = records[0].objective_value if records else None
+    lines = trajectory_lines(console, records, f"trajectory of {run_id} (objective {objective})")
+    lines += wrap_lines(console, f"best {_value(best_value)} (start {_value(start)}) at commit {best_commit[:10]}", first="")
+    lines += wrap_lines(console, f"{len(records)} experiments in {elapsed_s:.0f}s; best ref {ref}", first="")
+    lines.append(Text("inspect:"))
+    for where in (f"{run_dir}/trajectory.jsonl", f"memsys report {run_id}", f"git log {ref}", ui):
+        lines += wrap_lines(console, where, first="  ")
+    return lines
+
+
+def print_lines(console: Any, lines: Sequence[Text]) -> None:
+    for line in lines:
+        console.print(line, soft_wrap=False, overflow="fold", highlight=False)
+
+
+def print_trajectory(console: Any, records: Sequence[ExperimentRecord], title: str = "") -> None:
+    print_lines(console, trajectory_lines(console, records, title))

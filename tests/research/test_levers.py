@@ -1,0 +1,432 @@
+"""The lever catalogue (research/levers.py): unit tests, and its live rules against the real pipeline.
+
+The property test renders what the reader would be given (``build_messages`` over ``Memory.retrieve``,
+plus the JSON switch and the reply limit, as memsys.predict.answer_one does) for LoCoMo conv-30
+questions, under every preset and every probe value of every lever, with real stores (MiniLM, FAISS,
+BM25, the rule-based graph) built once per ingest config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks.datasets.locomo import load_locomo
+from benchmarks.datasets.schema import iter_turns
+from harness.errors import ConfigError
+from harness.paths import config_dir
+from memsys.answer.generate import PROMPTS_DIR, build_messages
+from memsys.config import MemoryConfig, load_memory_config, to_container
+from memsys.memory import Memory
+from memsys.records import Turn
+from memsys.retrieve.merge import MERGERS
+from research.errors import ProposalFormatError
+from research.levers import (
+    DEAD,
+    FAILURE_TARGETS,
+    LIVE_RULES,
+    SPAN_CAPS,
+    Lever,
+    catalogue,
+    effective_key,
+    effective_view,
+    get_path,
+    live_levers,
+    menu_schema,
+    optuna_distribution,
+    params_of,
+    parse_menu,
+    render_levers,
+    resolve,
+    static_noop,
+)
+
+PRESETS = sorted(p.stem for p in (config_dir() / "memory").glob("*.yaml"))
+CONVERSATION = "conv-30"
+QUESTION_STRIDE, N_QUESTIONS = 17, 6  # questions 0, 17, ..., 85 of conv-30: spread over its sessions
+
+
+def cfg_of(preset: str, *overrides: str) -> MemoryConfig:
+    return resolve(load_memory_config(preset), list(overrides))
+
+
+def lever(lever_id: str) -> Lever:
+    return next(lv for lv in catalogue() if lv.id == lever_id)
+
+
+# ---------------------------------------------------------------- the catalogue
+def test_catalogue_ids_are_unique_and_rules_name_real_levers():
+    levers = catalogue()
+    ids = [lv.id for lv in levers]
+    assert len(ids) == len(set(ids))
+    fields = {lv.id for lv in levers if not lv.is_macro}
+    assert set(LIVE_RULES) <= fields and set(SPAN_CAPS) <= fields
+    defaults = MemoryConfig()
+    for lv in levers:
+        for path in lv.sets:
+            get_path(defaults, path)  # every written path exists in the schema
+        assert lv.kind in ("int", "float", "bool", "choice") and lv.effect and lv.live_when
+        if lv.kind in ("int", "float"):
+            assert lv.low < lv.high
+        if not lv.is_macro:
+            lv.validate(lv.current(defaults))  # the paper's default is a value of its own lever
+
+
+def test_choices_match_what_the_code_accepts():
+    assert set(lever("retrieval.merge").choices) == set(MERGERS)
+    assert set(lever("answer.prompt").choices) == {p.name for p in PROMPTS_DIR.iterdir() if p.is_dir()}
+
+
+#: the keys of research/proposers/optuna_proposer.py's SEARCH_SPACE before it sampled the catalogue
+OPTUNA_SEARCH_SPACE = ("retrieval.top_k", "retrieval.merge", "retrieval.dense_k", "retrieval.sparse_k", "pyramid.enabled",
+                       "pyramid.theta", "pyramid.budget_tokens", "answer.response_format", "answer.context_text")
+
+
+def test_optuna_search_space_keys_are_all_levers():
+    import research.proposers.optuna_proposer as optuna_proposer
+
+    keys = set(OPTUNA_SEARCH_SPACE) | set(getattr(optuna_proposer, "SEARCH_SPACE", ()))
+    ids = {lv.id for lv in catalogue() if not lv.is_macro}
+    assert keys <= ids, keys - ids
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_field_lever_is_live_exactly_when_its_rule_holds_and_a_value_acts(preset):
+    cfg = load_memory_config(preset)
+    live = {lv.id for lv in live_levers(cfg)}
+    for lv in catalogue():
+        if lv.is_macro:
+            continue
+        rule = LIVE_RULES.get(lv.id, ("always", lambda c: True))[1]
+        assert (lv.id in live) == (rule(cfg) and bool(lv.options(cfg))), lv.id
+        assert (lv.id in live) == bool(lv.options(cfg)), f"{lv.id}: rule and effective view disagree"
+
+
+def test_naive_preset_hides_the_knobs_that_cannot_act_alone():
+    live = {lv.id for lv in live_levers(load_memory_config("naive"))}
+    for dead in ("retrieval.sparse_k", "retrieval.rrf_k", "retrieval.linear_alpha", "pyramid.enabled", "pyramid.theta",
+                 "pyramid.level3", "pyramid.budget_tokens", "answer.context_text", "graph.hops", "widen_bm25"):
+        assert dead not in live
+    for alive in ("retrieval.merge", "widen_dense", "widen_hybrid", "full_text_context", "graph_on", "answer.response_format"):
+        assert alive in live
+
+
+def test_render_levers_is_one_short_line_per_live_lever():
+    for preset in PRESETS:
+        cfg = load_memory_config(preset)
+        lines = render_levers(cfg).splitlines()
+        assert [ln.split(" = ")[0] for ln in lines] == [lv.id for lv in live_levers(cfg)]
+        assert all(len(ln) < 160 for ln in lines) and len("\n".join(lines)) < 4000
+    text = render_levers(load_memory_config("naive"))
+    assert "retrieval.top_k = 5  [2..5]" in text and "answer.response_format = false  {true}" in text
+    assert "widen_hybrid = -  [2..60]" in text
+
+
+# ---------------------------------------------------------------- resolve
+def test_resolve_applies_typed_overrides_with_or_without_the_memory_prefix():
+    base = load_memory_config("naive")
+    cfg = resolve(base, ["retrieval.top_k=10", "memory.pyramid.enabled=true", "pyramid.theta=1", "retrieval.merge=rrf"])
+    assert isinstance(cfg, MemoryConfig)
+    assert (cfg.retrieval.top_k, cfg.pyramid.enabled, cfg.pyramid.theta, cfg.retrieval.merge) == (10, True, 1.0, "rrf")
+    assert base.retrieval.top_k == 5 and resolve(base, []) is base
+
+
+@pytest.mark.parametrize("override, message", [
+    ("retrieval.topk=10", "unknown key 'retrieval.topk'"),
+    ("memory.nope=1", "unknown key 'nope'"),
+    ("retrieval.top_k=ten", "could not be converted to Integer"),
+    ("retrieval.top_k=2.5", "could not be converted to Integer"),
+    ("retrieval=3", "retrieval=3"),
+    ("retrieval.top_k", "is not key=value"),
+])
+def test_resolve_rejects_unknown_keys_and_bad_types_in_one_line(override, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        resolve(load_memory_config("naive"), [override])
+    assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- effective key and static no-ops
+def test_configs_differing_only_in_dead_fields_share_an_effective_key():
+    naive = load_memory_config("naive")
+    same = [
+        ["retrieval.rrf_k=10", "retrieval.linear_alpha=0.9", "retrieval.sparse_k=40"],  # merge is dense_only
+        ["retrieval.top_k=40"],  # the dense list is dense_k=5 cut at top_k
+        ["pyramid.enabled=true"],  # context_text is summary
+        ["pyramid.theta=0.1", "pyramid.level3=true", "pyramid.budget_tokens=1000"],  # pyramid off, 5 short summaries
+        ["graph.hops=4", "graph.max_facts=3"],  # graph off
+        ["name=other", "embedder.batch_size=8"],
+    ]
+    for overrides in same:
+        assert effective_key(resolve(naive, overrides)) == effective_key(naive), overrides
+        assert static_noop(naive, overrides) is not None
+    omni = load_memory_config("omni")
+    assert effective_key(resolve(omni, ["retrieval.dense_k=40"])) == effective_key(omni)  # cut at top_k=20
+    assert effective_key(resolve(omni, ["retrieval.top_k=40"])) == effective_key(omni)  # cut at dense_k=20
+    assert effective_key(resolve(omni, ["graph.hops=4"])) == effective_key(omni)  # 0.5^3 < min_score 0.2
+    assert effective_key(resolve(omni, ["answer.context_text=both"])) == effective_key(omni)  # raw turns
+    compressed = resolve(omni, ["ingest.compression.enabled=true"])
+    assert effective_key(resolve(compressed, ["answer.context_text=both"])) != effective_key(compressed)
+    # pyramid on with summaries == pyramid off: both show level 1 only
+    a = resolve(naive, ["pyramid.enabled=true", "answer.context_text=summary"])
+    b = resolve(naive, ["pyramid.enabled=false", "answer.context_text=full_text"])
+    assert effective_key(a) == effective_key(b)
+    assert effective_view(naive)["retrieval.sparse_k"] == DEAD
+
+
+def test_configs_differing_in_live_fields_have_different_keys():
+    naive = load_memory_config("naive")
+    for overrides in (["retrieval.top_k=3"], ["retrieval.merge=set_union"], ["answer.response_format=true"],
+                      ["pyramid.enabled=true", "answer.context_text=full_text"], ["retrieval.dense_k=10", "retrieval.top_k=10"]):
+        assert effective_key(resolve(naive, overrides)) != effective_key(naive), overrides
+        assert static_noop(naive, overrides) is None
+
+
+def test_static_noop_says_why():
+    naive = load_memory_config("naive")
+    assert "acts only in [2..5]" in static_noop(naive, ["retrieval.top_k=40"])
+    assert "pyramid.enabled=true is dead here (live when answer.context_text != summary)" in static_noop(
+        naive, ["pyramid.enabled=true"])
+    reason = static_noop(naive, ["retrieval.dense_k=5", "memory.retrieval.sparse_k=9"])
+    assert "retrieval.dense_k is already 5" in reason and "retrieval.sparse_k=9 is dead here" in reason
+    assert static_noop(naive, ["retrieval.sparse_k=9", "retrieval.merge=set_union"]) is None  # live in the result
+    with pytest.raises(ConfigError):
+        static_noop(naive, ["retrieval.bogus=1"])
+
+
+# ---------------------------------------------------------------- lever values
+def test_overrides_write_every_path_of_a_lever_with_lower_case_bools():
+    assert lever("retrieval.dense_k").overrides(20) == ["retrieval.dense_k=20"]
+    assert lever("pyramid.theta").overrides(0.35) == ["pyramid.theta=0.35"]
+    assert lever("widen_dense").overrides(30) == ["retrieval.dense_k=30", "retrieval.top_k=30"]
+    assert lever("full_text_context").overrides(True) == [
+        "pyramid.enabled=true", "answer.context_text=full_text", "pyramid.level3=true"]
+    assert lever("graph_on").overrides(False) == ["graph.enabled=false", "answer.include_graph_facts=false"]
+
+
+def test_current_reads_fields_and_macros():
+    naive, omni = load_memory_config("naive"), load_memory_config("omni")
+    assert lever("retrieval.top_k").current(naive) == 5 and lever("widen_dense").current(naive) == 5
+    assert lever("widen_hybrid").current(naive) is None and lever("widen_hybrid").current(omni) == 20
+    assert lever("full_text_context").current(naive) is False and lever("full_text_context").current(omni) is True
+
+
+@pytest.mark.parametrize("lever_id, value, message", [
+    ("retrieval.top_k", 100, r"retrieval.top_k=100 is outside \[2..60\]"),
+    ("retrieval.top_k", 2.5, "expected an integer"),
+    ("retrieval.top_k", "10", "expected a number"),
+    ("retrieval.top_k", True, "expected a number"),
+    ("pyramid.theta", -0.1, "outside"),
+    ("pyramid.enabled", "true", "expected true or false"),
+    ("retrieval.merge", "hybrid", "unknown choice 'hybrid'"),
+])
+def test_validate_rejects_wrong_values_in_one_line(lever_id, value, message):
+    with pytest.raises(ProposalFormatError, match=message) as err:
+        lever(lever_id).validate(value)
+    assert "\n" not in str(err.value)
+
+
+def test_validate_normalizes_numbers():
+    assert lever("retrieval.top_k").validate(10.0) == 10 and isinstance(lever("retrieval.top_k").validate(10.0), int)
+    assert lever("pyramid.theta").validate(0) == 0.0 and isinstance(lever("pyramid.theta").validate(0), float)
+
+
+# ---------------------------------------------------------------- the menu
+_GRAMMAR_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "anyOf", "const", "enum",
+                     "minimum", "maximum", "minItems", "maxItems"}
+
+
+def _keywords(node, out):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.add(k)
+            if k == "properties":
+                for sub in v.values():
+                    _keywords(sub, out)
+            elif k not in ("const", "enum", "required"):
+                _keywords(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _keywords(v, out)
+    return out
+
+
+def test_menu_schema_offers_live_levers_with_values_that_act():
+    cfg = load_memory_config("naive")
+    schema = menu_schema(cfg, max_changes=2)
+    assert _keywords(schema, set()) <= _GRAMMAR_KEYWORDS
+    assert schema["required"] == ["hypothesis", "targets", "why", "changes"]
+    assert schema["properties"]["targets"]["enum"] == list(FAILURE_TARGETS)
+    changes = schema["properties"]["changes"]
+    assert (changes["minItems"], changes["maxItems"]) == (1, 2)
+    by_id = {item["properties"]["lever"]["const"]: item["properties"]["value"] for item in changes["items"]["anyOf"]}
+    assert list(by_id) == [lv.id for lv in live_levers(cfg)]
+    assert by_id["retrieval.top_k"] == {"type": "integer", "minimum": 2, "maximum": 5}
+    assert by_id["answer.response_format"] == {"enum": [True]}
+    assert set(by_id["retrieval.merge"]["enum"]) == {"set_union", "rrf", "linear", "bm25_only"}
+    omni = menu_schema(load_memory_config("omni"))
+    theta = next(i for i in omni["properties"]["changes"]["items"]["anyOf"] if i["properties"]["lever"]["const"] == "pyramid.theta")
+    assert 0.4 not in theta["properties"]["value"]["enum"] and 0.45 in theta["properties"]["value"]["enum"]
+    json.dumps(omni)  # plain JSON
+
+
+def test_parse_menu_turns_a_reply_into_validated_overrides():
+    cfg = load_memory_config("naive")
+    reply = {"hypothesis": "more context", "targets": "retrieval_miss", "why": "evidence ranked 6-20",
+             "changes": [{"lever": "widen_dense", "value": 20}, {"lever": "answer.response_format", "value": True}]}
+    overrides = parse_menu(reply, cfg)
+    assert overrides == ["retrieval.dense_k=20", "retrieval.top_k=20", "answer.response_format=true"]
+    assert static_noop(cfg, overrides) is None
+
+
+@pytest.mark.parametrize("changes, message", [
+    ([], "no changes"),
+    ([{"lever": "retrieval.sparse_k", "value": 20}], "dead in this config"),
+    ([{"lever": "retrieval.nope", "value": 20}], "unknown lever"),
+    (["retrieval.top_k=3"], "unknown lever"),
+    ([{"lever": "retrieval.top_k", "value": 500}], "outside"),
+    ([{"lever": "answer.response_format", "value": "yes"}], "expected true or false"),
+    ([{"lever": "retrieval.merge", "value": "hybrid"}], "unknown choice"),
+    ([{"lever": "widen_dense", "value": 20}, {"lever": "retrieval.top_k", "value": 3}], "two changes set retrieval.top_k"),
+])
+def test_parse_menu_rejects_bad_replies(changes, message):
+    with pytest.raises(ProposalFormatError, match=message):
+        parse_menu({"hypothesis": "h", "targets": "other", "why": "w", "changes": changes}, load_memory_config("naive"))
+
+
+def test_parse_menu_rejects_a_reply_that_is_not_an_object():
+    with pytest.raises(ProposalFormatError):
+        parse_menu(["widen_dense"], load_memory_config("naive"))
+
+
+# ---------------------------------------------------------------- Optuna
+def test_every_field_lever_of_a_preset_can_be_recorded_in_a_study():
+    import optuna
+
+    levers = [lv for lv in catalogue() if not lv.is_macro]
+    dists = {lv.id: optuna_distribution(lv) for lv in levers}
+    assert isinstance(dists["retrieval.top_k"], optuna.distributions.IntDistribution)
+    assert isinstance(dists["pyramid.theta"], optuna.distributions.FloatDistribution)
+    assert dists["pyramid.enabled"].choices == (True, False)
+    assert dists["retrieval.merge"].choices == lever("retrieval.merge").choices
+    study = optuna.create_study(direction="maximize")
+    for preset in PRESETS:
+        params = params_of(load_memory_config(preset), levers)
+        assert set(params) == set(dists)
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=0.5))
+    assert len(study.trials) == len(PRESETS)
+    assert params_of(load_memory_config("naive"), [lever("widen_hybrid"), lever("widen_dense")]) == {"widen_dense": 5}
+
+
+# ---------------------------------------------------------------- the rules against the real pipeline
+class ReaderInputs:
+    """What the reader is given for each question under a config. Stores are built once per ingest
+    config (the graph when enabled) and opened read-only with each config, as memsys.predict does."""
+
+    def __init__(self, root: Path, turns: list[Turn], questions: list[str]):
+        self.root, self.turns, self.questions = root, turns, questions
+        self.stores: dict[str, Path] = {}
+        self.seen: dict[str, tuple[str, ...]] = {}
+
+    def store(self, cfg: MemoryConfig) -> Path:
+        g = cfg.graph
+        key = json.dumps({"ingest": to_container(cfg.ingest), "embedder": to_container(cfg.embedder),
+                          "graph": [g.extractor, g.resolve_threshold, g.resolve_cosine_weight] if g.enabled else None},
+                         sort_keys=True)
+        if key not in self.stores:
+            path = self.root / f"store{len(self.stores)}"
+            mem = Memory.create(path, cfg)
+            mem.add(self.turns)
+            if g.enabled:
+                mem.build_graph(progress=False)
+            mem.save()
+            mem.close()
+            self.stores[key] = path
+        return self.stores[key]
+
+    def __call__(self, cfg: MemoryConfig) -> tuple[str, ...]:
+        key = json.dumps(to_container(cfg), sort_keys=True)
+        if key not in self.seen:
+            mem = Memory.open(self.store(cfg), cfg, read_only=True)
+            try:
+                self.seen[key] = tuple(
+                    json.dumps({"messages": build_messages(q, mem.retrieve(q).context, cfg.answer),
+                                "json": cfg.answer.response_format, "max_tokens": cfg.answer.max_tokens})
+                    for q in self.questions)
+            finally:
+                mem.close()
+        return self.seen[key]
+
+
+@pytest.fixture(scope="module")
+def reader_inputs(tmp_path_factory, locomo_path, embedder) -> ReaderInputs:
+    conv = load_locomo(locomo_path).conversation(CONVERSATION)
+    turns = [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
+             for t in iter_turns(conv)]
+    questions = [q.question for q in conv.questions[::QUESTION_STRIDE][:N_QUESTIONS]]
+    return ReaderInputs(tmp_path_factory.mktemp("levers"), turns, questions)
+
+
+def probe_values(lv: Lever, cfg: MemoryConfig) -> list:
+    """Every other bool/choice; for numbers the ends of the range and of the span that can act."""
+    if lv.kind in ("bool", "choice"):
+        values = lv.grid()
+    else:
+        lo, hi = lv.span(cfg)
+        values = [lv.low, lv.high, *([lo, hi] if lo <= hi else [])]
+    return [v for v in dict.fromkeys(values) if v != lv.current(cfg)]
+
+
+#: the presets, and two configs that switch on what no preset does alone: graph facts with the pyramid
+#: off (the budget then caps the facts), and a score fusion (rrf_k; top_k cut of the union)
+PROPERTY_CONFIGS = [(p, ()) for p in PRESETS] + [("naive", ("graph.enabled=true",)), ("omni", ("retrieval.merge=rrf",))]
+
+#: values the effective view rightly calls a change that these six questions do not show (data, not rules)
+DATA_BOUND = {
+    ("ingest.text.reject_above", 1.0): "keeps one more turn (D17:21), which none of the questions retrieves",
+    ("pyramid.budget_tokens", 8000): "omni's context of a LoCoMo question stays well under 6000 tokens",
+    ("graph.max_seeds", 10): "no question names more than 5 entities",
+    ("graph.min_score", 0.0): "entities scoring under 0.2 never make the top graph memories or facts",
+    ("retrieval.rrf_k", 200): "RRF's order saturates as rrf_k grows: these hits are fused the same at 60 and 200",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset, overrides", PROPERTY_CONFIGS,
+                         ids=[f"{p}{''.join('+' + o for o in ovs)}" for p, ovs in PROPERTY_CONFIGS])
+def test_live_levers_change_the_reader_input_and_dead_values_do_not(preset, overrides, reader_inputs):
+    """For every lever and probe value: a change of the reader's input is never called a no-op, a dead
+    field lever never changes it, every live lever has a value that does, and a value the effective view
+    calls a change does change it (but for DATA_BOUND)."""
+    cfg = cfg_of(preset, *overrides)
+    base = reader_inputs(cfg)
+    live = {lv.id for lv in live_levers(cfg)}
+    wrong = []
+    for lv in catalogue():
+        values = probe_values(lv, cfg)
+        changed_by = []
+        for v in values:
+            ovs = lv.overrides(v)
+            noop = static_noop(cfg, ovs)
+            if reader_inputs(resolve(cfg, ovs)) == base:
+                if noop is None and (lv.id, v) not in DATA_BOUND:
+                    wrong.append(f"{lv.id}={v} changes the effective config but not the reader input")
+                continue
+            changed_by.append(v)
+            if noop:
+                wrong.append(f"{lv.id}={v} changes the reader input, static_noop says {noop!r}")
+            if lv.id not in live and not lv.is_macro:
+                wrong.append(f"{lv.id}={v} changes the reader input, the lever is dead ({lv.live_when})")
+        if lv.id in live and not changed_by:
+            wrong.append(f"{lv.id} is live but none of {values} changes the reader input")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_ingest_lever_reaches_the_reader_through_a_rebuilt_store(reader_inputs):
+    cfg = load_memory_config("naive_rag")
+    strict = replace(cfg, ingest=replace(cfg.ingest, text=replace(cfg.ingest.text, reject_above=0.3)))
+    assert reader_inputs.store(strict) != reader_inputs.store(cfg)
+    assert reader_inputs(strict) != reader_inputs(cfg)

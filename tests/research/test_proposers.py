@@ -1,0 +1,188 @@
+"""Proposers against real pieces: the lever catalogue, a real Optuna study, and the LLM researcher
+talking HTTP to the scripted OpenAI test server (schema sent, seed and temperature on the wire)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import pytest
+
+from memsys.config import LLMConfig, load_memory_config
+from memsys.llm.client import LLMClient
+from research.errors import ProposalFormatError
+from research.levers import lever_by_id, live_levers, resolve, static_noop
+from research.proposers.base import ResearchContext
+from research.proposers.hybrid import HybridProposer, subspace_schema
+from research.proposers.llm import LLMProposer, pick_mode
+from research.proposers.optuna_proposer import OptunaProposer
+from research.proposers.random_proposer import RandomProposer
+from research.study import SharedStudy, field_levers
+from research.trajectory import ExperimentRecord
+from tests.support.openai_server import OpenAITestServer, Reply
+
+
+@pytest.fixture
+def naive():
+    return load_memory_config("naive")
+
+
+def ctx_for(cfg, *, seed: int = 3, mode: str = "new", history=None, hyp=None, reader_free=True) -> ResearchContext:
+    return ResearchContext("context_recall", 0.3, history or [], mode, hyp, [], {}, "levers", "naive",
+                           goal="maximize context_recall", memory=cfg, seed=seed, reader_free=reader_free)
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAITestServer]:
+    with OpenAITestServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: OpenAITestServer) -> Iterator[LLMClient]:
+    cfg = LLMConfig(backend="openai", model="test-model", base_url=server.base_url, cache=False, max_retries=0)
+    with LLMClient(cfg) as c:
+        yield c
+
+
+def test_pick_mode_by_model() -> None:
+    assert pick_mode("auto", LLMConfig(backend="local")) == "menu"
+    assert pick_mode("auto", LLMConfig(backend="openai", model="qwen2.5-1.5b-instruct")) == "menu"
+    assert pick_mode("auto", LLMConfig(backend="openai", model="gpt-4.1")) == "code"
+    assert pick_mode("code", LLMConfig(backend="local")) == "code"
+    with pytest.raises(ProposalFormatError):
+        pick_mode("poetry", LLMConfig())
+
+
+def test_menu_reply_becomes_live_overrides(naive, server, client) -> None:
+    server.enqueue(Reply.of_json({"hypothesis": "more dense hits", "targets": "retrieval_miss", "why": "evidence missing",
+                                  "changes": [{"lever": "widen_dense", "value": 20}]}))
+    prop = LLMProposer(client, mode="menu", max_tokens=200, temperature=0.7).propose(ctx_for(naive, seed=4))
+    assert prop.config_overrides == ["retrieval.dense_k=20", "retrieval.top_k=20"]
+    assert prop.discovery_type == "hyperparameter_tuning" and prop.seed == 400
+    body = server.chat_requests[0]
+    assert body["temperature"] == 0.7 and body["seed"] == 400
+    schema = body["response_format"]["json_schema"]["schema"]
+    ids = {item["properties"]["lever"]["const"] for item in schema["properties"]["changes"]["items"]["anyOf"]}
+    assert ids == {lv.id for lv in live_levers(naive, reader_free=True)}
+    assert "retrieval.sparse_k" not in ids and "answer.response_format" not in ids  # dead / reader-only
+    assert static_noop(naive, prop.config_overrides) is None
+
+
+def test_menu_reply_with_a_dead_lever_is_a_format_error(naive, server, client) -> None:
+    server.enqueue(Reply.of_json({"hypothesis": "h", "targets": "other", "why": "w",
+                                  "changes": [{"lever": "retrieval.rrf_k", "value": 30}]}))
+    with pytest.raises(ProposalFormatError, match="dead"):
+        LLMProposer(client, mode="menu").propose(ctx_for(naive))
+
+
+def test_menu_researcher_cannot_repair_code(naive, client) -> None:
+    p = LLMProposer(client, mode="menu")
+    assert p.repair(ctx_for(naive), None, "boom", "") is None  # type: ignore[arg-type]
+
+
+def test_study_learns_from_any_proposer(naive) -> None:
+    study = SharedStudy(seed=1, n_startup_trials=2)
+    wide = resolve(naive, ["retrieval.dense_k=40", "retrieval.top_k=40"])
+    for cfg, v in ((naive, 0.2), (wide, 0.6), (resolve(naive, ["retrieval.dense_k=30", "retrieval.top_k=30"]), 0.55)):
+        study.add(cfg, v)
+    assert study.n_added == 3 and len([t for t in study.study.trials if t.value is not None]) == 3
+    best = study.study.best_trial.params
+    assert best["retrieval.dense_k"] == 40 and best["retrieval.merge"] == "dense_only"
+    picks = [study.suggest(["retrieval.top_k"], s)["retrieval.top_k"] for s in range(8)]
+    assert all(isinstance(v, int) and lever_by_id("retrieval.top_k").low <= v <= lever_by_id("retrieval.top_k").high
+               for v in picks)
+    assert study.suggest(["retrieval.top_k"], 5) == study.suggest(["retrieval.top_k"], 5)  # seeded per step
+
+
+def test_study_keeps_out_of_range_values_out(naive) -> None:
+    study = SharedStudy(seed=0)
+    odd = dataclasses.replace(naive, retrieval=dataclasses.replace(naive.retrieval, top_k=10_000))
+    study.add(odd, 0.1)
+    assert "retrieval.top_k" not in study.study.trials[0].params
+
+
+def test_optuna_samples_the_whole_space_reproducibly(naive) -> None:
+    a = OptunaProposer(SharedStudy(seed=0)).propose(ctx_for(naive, seed=9))
+    b = OptunaProposer(SharedStudy(seed=0)).propose(ctx_for(naive, seed=9))
+    assert a.config_overrides == b.config_overrides
+    keys = {o.split("=")[0] for o in a.config_overrides}
+    assert keys == {lv.id for lv in field_levers()}
+    resolve(naive, a.config_overrides)  # every sample is a valid config
+
+
+def test_random_draws_one_live_lever_with_a_new_value(naive) -> None:
+    seen = set()
+    for seed in range(20):
+        p = RandomProposer().propose(ctx_for(naive, seed=seed))
+        assert p.config_overrides and p.seed == seed
+        seen.add(p.hypothesis.split(":")[1].split("=")[0].strip())
+        assert static_noop(naive, p.config_overrides) is None or "equal" not in (static_noop(naive, p.config_overrides) or "")
+    assert len(seen) >= 4
+    assert RandomProposer().propose(ctx_for(naive, seed=7)).config_overrides == \
+        RandomProposer().propose(ctx_for(naive, seed=7)).config_overrides
+
+
+def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, client) -> None:
+    server.enqueue(Reply.of_json({"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "misses",
+                                  "levers": ["retrieval.dense_k", "retrieval.top_k", "retrieval.top_k"]}))
+    study = SharedStudy(seed=0)
+    hybrid = HybridProposer(client, study, trials=3)
+    first = hybrid.propose(ctx_for(naive, seed=2))
+    assert first.subspace == ["retrieval.dense_k", "retrieval.top_k"] and first.tokens > 0
+    assert {o.split("=")[0] for o in first.config_overrides} == {"retrieval.dense_k", "retrieval.top_k"}
+    sent = server.chat_requests[0]["response_format"]["json_schema"]["schema"]["properties"]["levers"]["items"]["enum"]
+    assert "retrieval.sparse_k" not in sent and "retrieval.dense_k" in sent
+    # iterating on the same hypothesis: TPE only, no new LLM call
+    rec = ExperimentRecord("r", 1, "exp-001", "hybrid", "c", hypothesis="widen dense", subspace=first.subspace,
+                           decision="iterate")
+    second = hybrid.propose(ctx_for(naive, seed=3, mode="iterate", history=[rec], hyp="widen dense"))
+    assert len(server.chat_requests) == 1 and second.hypothesis == "widen dense" and second.tokens == 0
+    assert {o.split("=")[0] for o in second.config_overrides} == set(first.subspace)
+    # after `trials` attempts, a new hypothesis is asked for
+    server.enqueue(Reply.of_json({"hypothesis": "graph", "targets": "retrieval_miss", "why": "w", "levers": ["graph.enabled"]}))
+    history = [dataclasses.replace(rec, index=i, experiment_id=f"exp-00{i}") for i in (1, 2, 3)]
+    third = hybrid.propose(ctx_for(naive, seed=4, mode="iterate", history=history, hyp="widen dense"))
+    assert third.hypothesis == "graph" and len(server.chat_requests) == 2
+
+
+def test_hybrid_reply_without_a_live_lever_is_a_format_error(naive, server, client) -> None:
+    server.enqueue(Reply.of_json({"hypothesis": "h", "targets": "other", "why": "w", "levers": ["retrieval.rrf_k"]}))
+    with pytest.raises(ProposalFormatError, match="not in enum"):  # the client checks the reply against the schema
+        HybridProposer(client, SharedStudy(seed=0)).propose(ctx_for(naive))
+
+
+def test_subspace_schema_is_an_enum_of_the_given_levers() -> None:
+    s = subspace_schema(["a", "b"])
+    assert s["properties"]["levers"]["items"]["enum"] == ["a", "b"] and s["properties"]["levers"]["maxItems"] == 3
+
+
+def test_researcher_prompt_and_reply_fit_the_local_window() -> None:
+    from harness.errors import ConfigError
+    from research.config import load_run_setup
+    from research.proposers.factory import PROMPT_OVERHEAD_TOKENS, check_context_fits, reply_tokens
+
+    setup = load_run_setup(["llm=local", "research.proposer=hybrid"])
+    check_context_fits(setup)  # the defaults fit
+    n_ctx = setup.eval.llm.local.n_ctx
+    assert setup.research.loop.context_budget_tokens + PROMPT_OVERHEAD_TOKENS + reply_tokens(setup) <= n_ctx
+    quick = load_run_setup(["llm=local", "research.proposer=hybrid", "research.loop.context_budget_tokens=1500"])
+    check_context_fits(quick)
+    big = load_run_setup(["llm=local", "research.proposer=llm", "research.researcher.mode=code",
+                          f"research.loop.context_budget_tokens={n_ctx}"])
+    with pytest.raises(ConfigError, match="n_ctx"):
+        check_context_fits(big)
+    check_context_fits(load_run_setup(["llm=local", "research.proposer=optuna", f"research.loop.context_budget_tokens={n_ctx}"]))
+
+
+def test_the_rendered_menu_prompt_stays_within_its_overhead(naive) -> None:
+    """The prompt's fixed parts (system prompt, instructions) measured against the overhead the
+    window check assumes, with every context section empty."""
+    from harness.tokens import count_message_tokens
+    from research.proposers.factory import PROMPT_OVERHEAD_TOKENS
+
+    ctx = ctx_for(naive)
+    ctx.knobs, ctx.goal = "", ""
+    p = LLMProposer(None, mode="menu")
+    fixed = count_message_tokens(p._messages(p.step_prompt(ctx)))
+    assert fixed < PROMPT_OVERHEAD_TOKENS
