@@ -36,6 +36,7 @@ from research.failures import FailureClass, _failure, one_line
 from research.guarantees import check_sandbox
 from research.presets import check_presets
 from research.proposers.base import Proposal, Proposer, ResearchContext
+from research.rundir import RunDir
 from research.state import LoopState
 from research.tracking import finish_parent_run, log_experiment, start_parent_run
 from research.trajectory import ExperimentRecord, TrajectoryError, append_record, read_trajectory, repair_trajectory
@@ -52,14 +53,15 @@ class ResearchLoop:
                  llm_opener: Callable[..., Any] | None = None, sandbox: Any = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None):
         self.setup, self.run_id = setup, run_id
-        self.run_dir = runs_dir() / run_id
+        self.paths = RunDir.of(run_id)  # every file name of the run folder
+        self.run_dir = self.paths.root
         self.resume = resume
         self.on_event = on_event or (lambda kind, data: None)
         self._llm_opener = llm_opener
         self._sandbox = sandbox
         rc = setup.research
         repo = Path(rc.repo) if rc.repo else REPO_ROOT
-        self.ws = Workspace(repo, run_id, self.run_dir / "worktrees")
+        self.ws = Workspace(repo, run_id, self.paths.worktrees)
         self.preset = setup.eval.memory.name
         self.records: list[ExperimentRecord] = []
         self.state: LoopState | None = None
@@ -79,12 +81,11 @@ class ResearchLoop:
     # ------------------------------------------------------------------ setup and resume
     @classmethod
     def from_run(cls, run_id: str, **kw: Any) -> "ResearchLoop":
-        run_dir = runs_dir() / run_id
-        cfg_path = run_dir / "config.json"
-        if not cfg_path.exists():
-            known = sorted(p.name for p in runs_dir().iterdir() if (p / "state.json").exists()) if runs_dir().exists() else []
+        paths = RunDir.of(run_id)
+        if not paths.config.exists():
+            known = [r for r in RunDir.known(runs_dir()) if RunDir.of(r).state.exists()] if runs_dir().exists() else []
             raise RunStateError(f"no optimization run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
-        raw = json.loads(cfg_path.read_text())
+        raw = json.loads(paths.config.read_text())
         return cls(run_setup_from_dict(raw["config"], raw.get("overrides", [])), run_id, resume=True, **kw)
 
     def load_state(self) -> LoopState:
@@ -107,7 +108,7 @@ class ResearchLoop:
     def _init_state(self) -> None:
         if self.resume:
             return self._resume()
-        if self.run_dir.exists() and (self.run_dir / "state.json").exists():
+        if self.paths.state.exists():
             raise RunStateError(f"run '{self.run_id}' exists; resume it with: memsys run --resume {self.run_id}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dirty = self.ws.uncommitted_changes()
@@ -116,7 +117,7 @@ class ResearchLoop:
                         ", ".join(dirty[:3]))
         base = self.ws.head_commit()
         self.ws.init_refs(base)
-        atomic_write_json(self.run_dir / "config.json", {"config": self.setup.eval.raw | {"research": asdict(self.setup.research)},
+        atomic_write_json(self.paths.config, {"config": self.setup.eval.raw | {"research": asdict(self.setup.research)},
                                                           "overrides": self.setup.overrides})
         self.state = LoopState(self.run_id, str(self.ws.root), base, base)
         self.state.save(self.run_dir)
@@ -193,7 +194,7 @@ class ResearchLoop:
 
         self.on_event("confirm", {"split": cc.split})
         record = confirm(self)
-        atomic_write_json(self.run_dir / "confirmation.json", record)
+        atomic_write_json(self.paths.confirmation, record)
         self.on_event("confirmed", {"record": record, "line": describe(record)})
 
     def _stop_reason(self) -> str | None:
@@ -386,7 +387,7 @@ class ResearchLoop:
         exp_id = rec if isinstance(rec, str) else rec.experiment_id
         head = self.ws.head_of(wt)
         key = hashlib.sha256(json.dumps([head, reader, sample, complement, split, heldout]).encode()).hexdigest()[:10]
-        folder = self.run_dir / "evals" / f"{exp_id}{tag}-{key}"
+        folder = self.paths.evals(exp_id, f"{tag}-{key}")
         use_reader = (reader or self.setup.eval.eval.reader) == "llm"
         job = EvalJob(self._eval_setup(sample, f"{self.run_id}-{exp_id}{tag}", split, reader=reader, complement=complement),
                       wt.path, self.preset, folder / "untrusted", runs_root=folder, wall_timeout_s=sc.wall_timeout_s,
