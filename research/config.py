@@ -32,6 +32,8 @@ class LoopConfig:
     ceiling_window: int = 4
     ceiling_band: float = 0.002
     smoke_sample: str | None = "tiny"  # the smaller sample a timed-out or OOM-killed evaluation is retried on
+    refine_from_attempt: bool = True  # iterate continues from the attempt being refined when it was not worse (else best)
+    screen: bool = True  # reject a candidate whose objective-visible inputs equal its parent's, before the reader runs
     check: bool = True  # before the best ref moves, the gain must hold on a disjoint dev slice (complement of sample)
     max_proposals_factor: int = 3  # proposals (rejected ones included) stop at this multiple of the experiment budget
     max_repairs: int = 3

@@ -129,6 +129,7 @@ class ResearchLoop:
         st.reset_folded()
         for rec in self.records:
             st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
+                     refine_from_attempt=self.setup.research.loop.refine_from_attempt,
                      eval_dir=self.absolute(rec.eval_dir))
         self.ws.init_refs(st.base_commit)
         self.ws.move_best(st.best_commit)  # a kill between record and ref move leaves it behind
@@ -552,6 +553,7 @@ class ResearchLoop:
         append_record(self.run_dir, rec)
         self.records.append(rec)
         st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
+                     refine_from_attempt=self.setup.research.loop.refine_from_attempt,
                  eval_dir=self.absolute(rec.eval_dir))
         self.ws.move_best(st.best_commit)
         self._study_add(rec)

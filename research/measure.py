@@ -33,9 +33,11 @@ def measure(exp: "Experiment", prop: Proposal) -> Measured | Stop:
     screen: Screen | None = None
     out = None
     for attempt in range(lc.max_repairs + 1):
+        if screen is None and not lc.screen and not reader_free:
+            screen = Screen(0, 0, False)  # screen off: straight to the reader
         if screen is None:
             out, screen = _screen(exp, sample, attempt)
-            if screen is not None and screen.no_effect:
+            if screen is not None and screen.no_effect and lc.screen:
                 rec.screen = screen.to_dict()
                 return Stop("rejected", _failure(FailureClass.NO_EFFECT, f"no effect: what the objective sees is identical "
                                                  f"to the parent's on all {screen.questions} questions",

@@ -72,7 +72,8 @@ class LoopState:
             setattr(self, name, getattr(fresh, name))
         self.best_commit = self.base_commit
 
-    def apply(self, rec: Any, *, degradations_to_pivot: int, eval_dir: str | None = None) -> None:
+    def apply(self, rec: Any, *, degradations_to_pivot: int, eval_dir: str | None = None,
+              refine_from_attempt: bool = True) -> None:
         """Fold one journal record into the state (after recording, on resume, in a replay)."""
         self.next_index = rec.index + 1
         self.proposals += rec.index > 0
@@ -89,6 +90,8 @@ class LoopState:
         handler = {"baseline": self._best, "proceed": self._best, "pivot": self._pivot, "iterate": self._iterate}
         if rec.decision in handler:
             handler[rec.decision](rec, eval_dir)
+            if not refine_from_attempt:
+                self.parent_commit = self.parent_eval_dir = None
         elif not (rec.failure or {}).get("is_infrastructure"):  # our side failing says nothing of the change
             self._failed(rec, degradations_to_pivot)
 

@@ -26,7 +26,14 @@ GROUPS = ("sandbox", "surface", "network")
 #: the loop settings every attack run shares: no early stop, no confirmation on the test split
 LOOP_OVERRIDES = ("research.confirm.enabled=false", "research.loop.max_pivots=1000",
                   "research.loop.degradations_to_pivot=1000", "research.loop.ceiling_window=1000",
-                  "research.loop.max_iterations_per_hypothesis=1000")
+                  "research.loop.max_iterations_per_hypothesis=1000",
+                  # one record per attack: no re-asks (they would take the next attack's reply) and no
+                  # proposals past the scripted ones (rejected attacks do not spend the experiment budget)
+                  "research.loop.duplicate_reasks=0", "research.loop.max_proposals_factor=1",
+                  # every attack must reach the sandbox (and the reader): the screen would stop the many that
+                  # change no answer before the reader runs, which hides what the deeper walls do
+                  "research.loop.screen=false",
+                  "research.loop.refine_from_attempt=false")  # every attack starts from the base, alone
 GROUP_OVERRIDES = {"sandbox": ("research.loop.max_repairs=0",),
                    "surface": ("research.loop.max_repairs=1",),
                    "network": ("research.loop.max_repairs=0", "reader=llm")}
@@ -781,6 +788,14 @@ def check_attack(rr: RunResult, attack: Attack) -> tuple[str, list[str]]:
             problems.append(f"scored: {rec.decision} {rec.objective_value}")
         if any(e["path"].startswith("benchmarks/") for e in rec.edits):
             problems.append("the out-of-surface repair edit was recorded as applied")
+    elif fcls == "no_effect" and rec.decision == "rejected":
+        # the reader-free screen ran the attack's code and saw exactly the parent's inputs on every
+        # question: stopped before any score was taken, which contains "unchanged" and "not better"
+        outcome = f"no effect (screened on {(rec.screen or {}).get('questions')} questions), not evaluated"
+        if attack.expect not in ("unchanged", "not_better"):
+            problems.append(f"expected {attack.expect}, got screened as no effect")
+        if rec.objective_value is not None or (rec.screen or {}).get("verdict") != "no effect":
+            problems.append(f"screened record carries a score or another verdict: {rec.objective_value} {rec.screen}")
     else:
         v = rec.objective_value
         outcome = f"score unchanged {v:.3f}" if v == base else f"score {v} vs baseline {base:.3f} ({rec.decision})"

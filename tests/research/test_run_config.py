@@ -1,0 +1,43 @@
+"""configs/run.yaml and the research schema agree: every field can be overridden from the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from harness.paths import config_dir
+from research.config import ResearchConfig, load_run_setup
+
+
+def _fields(cls: type) -> dict[str, type | None]:
+    return {f.name: f.type for f in dataclasses.fields(cls)}
+
+
+def test_every_research_field_is_in_run_yaml() -> None:
+    raw = yaml.safe_load((config_dir() / "run.yaml").read_text())["research"]
+    for f in dataclasses.fields(ResearchConfig):
+        assert f.name in raw, f"research.{f.name} missing from configs/run.yaml"
+        default = getattr(ResearchConfig(), f.name)
+        if dataclasses.is_dataclass(default):
+            missing = sorted(set(_fields(type(default))) - set(raw[f.name]))
+            assert not missing, f"research.{f.name}: {missing} missing from configs/run.yaml (cannot be overridden)"
+
+
+@pytest.mark.parametrize("override", ["research.loop.duplicate_reasks=0", "research.loop.check=false",
+                                      "research.researcher.mode=menu", "research.loop.alpha=0.1"])
+def test_loop_fields_override(override: str) -> None:
+    setup = load_run_setup([override])
+    section, key, value = override.split(".")[1], override.split("=")[0].split(".")[2], override.split("=")[1]
+    got = getattr(getattr(setup.research, section), key)
+    assert str(got).lower() == value
+
+
+def test_bad_alpha_and_proposer_are_one_line_errors() -> None:
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="alpha"):
+        load_run_setup(["research.loop.alpha=1.5"])
+    with pytest.raises(ConfigError, match="research.proposer"):
+        load_run_setup(["research.proposer=genius"])
