@@ -35,8 +35,9 @@ JOURNAL_SIZE = 6
 #: the most each section may take, as a share of the whole budget (priority decides who is cut
 #: when the budget is short; the caps keep a long journal from starving the sections below it)
 SHARES = {"journal": 0.25, "lessons": 0.2, "diagnosis": 0.35}
-#: examples of the dominant miss kind, tried from the most down until the diagnosis fits
-MAX_EXAMPLES, MIN_EXAMPLES = 5, 3
+#: examples of the dominant miss kind, tried from the most (research.loop.failed_questions_shown) down
+#: to this until the diagnosis fits
+MIN_EXAMPLES = 3
 #: a source excerpt is not started with fewer tokens than this left
 MIN_EXCERPT_TOKENS = 60
 #: source files per kind of miss (rotated every step: a small budget shows one at a time)
@@ -69,10 +70,11 @@ def build_context(state: Any, records: list[ExperimentRecord], setup: Any, prese
     left -= count_tokens(lessons)
 
     seed = int(state.next_index) + int(setup.research.seed)
-    misses = diagnose_misses(rows, dev_turn_texts(setup.eval) if rows else {}, examples=MAX_EXAMPLES, seed=seed,
+    shown = setup.research.loop.failed_questions_shown
+    misses = diagnose_misses(rows, dev_turn_texts(setup.eval) if rows else {}, examples=shown, seed=seed,
                              category_names=_category_names(setup.eval.benchmark.name))
     diagnosis = fit_diagnosis(misses, comparison_text(state, records, run_dir),
-                              max(0, min(left, int(total * SHARES["diagnosis"]))))
+                              max(0, min(left, int(total * SHARES["diagnosis"]))), most=shown)
     left -= count_tokens(diagnosis)
 
     kind = misses.dominant_kind
@@ -212,11 +214,11 @@ def comparison_text(state: Any, records: Sequence[ExperimentRecord], run_dir: Pa
     return f"Last evaluated experiment ({last.experiment_id}) vs best:\n" + d.render(limit=2)
 
 
-def fit_diagnosis(misses: Any, comparison: str, limit: int) -> str:
-    """The miss diagnosis with as many examples as fit (at least MIN_EXAMPLES before the comparison
-    with the last experiment is given up), then fewer; lines cut last."""
+def fit_diagnosis(misses: Any, comparison: str, limit: int, most: int = 5) -> str:
+    """The miss diagnosis with as many examples as fit, up to ``most`` (at least MIN_EXAMPLES before
+    the comparison with the last experiment is given up), then fewer; lines cut last."""
     both = (True, False) if comparison else (False,)
-    tries = [(n, c) for lo, hi in ((MIN_EXAMPLES, MAX_EXAMPLES), (0, MIN_EXAMPLES - 1))
+    tries = [(n, c) for lo, hi in ((min(MIN_EXAMPLES, most), most), (0, min(MIN_EXAMPLES, most) - 1))
              for c in both for n in range(hi, lo - 1, -1)]
     for n, with_comparison in tries:
         text = misses.render(examples=n) + (f"\n{comparison}" if with_comparison else "")

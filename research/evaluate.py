@@ -193,22 +193,53 @@ def _result_dict(res: EvalResult) -> dict[str, Any]:
             "n_errors": res.n_errors, "wall_s": res.wall_s, "mlflow_run_id": res.mlflow_run_id}
 
 
+@dataclass
+class _Attempt:
+    """What classifying a failure of one evaluation needs (the gateway's count before it ran)."""
+
+    gateway: Gateway | None
+    before: Any
+    code_changed: bool
+    edited_paths: list[str]
+    raise_errors: bool
+    sandboxed: bool
+
+    def from_exception(self, exc: MemsysError, *, edits: bool) -> Failure:
+        """``edits``: the error came from the evaluated code, so the edited paths may explain it."""
+        failure = classify_exception(exc, code_changed=self.code_changed,
+                                     **({"edited_paths": self.edited_paths} if edits else {}))
+        return _check_endpoint_claim(failure, self.gateway, self.before, self.code_changed) if self.sandboxed else failure
+
+
 def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shared: SharedCache | None = None,
              llm: Any = None, parent_metrics: dict[str, Any] | None = None, code_changed: bool = False,
-             edited_paths: Sequence[str] = (), raise_errors: bool = False, bench: Any = None) -> EvalOutcome:
+             edited_paths: Sequence[str] = (), raise_errors: bool = False, bench: Any = None,
+             on_progress: Any = None) -> EvalOutcome:
     """Run both halves. ``sandbox=None`` runs the untrusted half in this process (tests, benches,
     a user's own code): the same code and the same scoring, without isolation; ``raise_errors``
-    then lets its typed errors through instead of classifying them."""
+    then lets its typed errors through instead of classifying them. ``on_progress(done, total)``
+    follows the answers as the untrusted half writes them."""
+    bench = bench if bench is not None else selection(job.setup)  # gold included: trusted side only
+    if on_progress is None:
+        return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
+                         raise_errors, bench)
+    total = sum(len(c.questions) for c in bench.conversations)
+    with answer_progress(job.work_dir / "out" / ANSWERS_FILE, total, on_update=on_progress):
+        return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
+                         raise_errors, bench)
+
+
+def _evaluate(job: EvalJob, sandbox: Any, gateway: Gateway | None, shared: SharedCache | None, llm: Any,
+              parent_metrics: dict[str, Any] | None, code_changed: bool, edited_paths: Sequence[str],
+              raise_errors: bool, bench: Any) -> EvalOutcome:
     from harness.paths import runs_dir
 
     started = time.perf_counter()
-    setup = job.setup
-    bench = bench if bench is not None else selection(setup)  # gold included: trusted side only
-    runs_root = job.runs_root or runs_dir()
-    run_id, run_dir = prepare_run(setup, bench, runs_root)
+    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir())
     req, request_path = prepare_public(job, bench)
     namespace = code_namespace(job.code_root)
-    before = gateway.usage() if gateway is not None else None
+    at = _Attempt(gateway, gateway.usage() if gateway is not None else None, code_changed, list(edited_paths),
+                  raise_errors, sandbox is not None)
     res: SandboxResult | None = None
     if sandbox is None:
         try:
@@ -218,35 +249,36 @@ def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shar
         except MemsysError as exc:
             if raise_errors:
                 raise
-            return EvalOutcome(False, None, classify_exception(exc, code_changed=code_changed,
-                                                               edited_paths=edited_paths), None, "missing")
+            return EvalOutcome(False, None, at.from_exception(exc, edits=True), None, "missing")
     else:
-        spec = sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace)
-        res = sandbox.run(spec)
+        res = sandbox.run(sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace))
         if not res.ok:
             failure = classify_result(res, result_status="missing", metrics=None, parent_metrics=parent_metrics,
-                                      code_changed=code_changed, edited_paths=list(edited_paths))
+                                      code_changed=code_changed, edited_paths=at.edited_paths)
             failure = failure or _failure(FailureClass.UNKNOWN, res.summary(), code_changed=code_changed)
-            failure = _check_endpoint_claim(failure, gateway, before, code_changed)
-            return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(gateway, before))
-    usage = _usage_delta(gateway, before)
+            failure = _check_endpoint_claim(failure, gateway, at.before, code_changed)
+            return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(gateway, at.before))
     cache = shared.merge(job.work_dir.resolve() / "cache", namespace) if shared is not None else None
+    return _score(job, bench, run_id, run_dir, res, at, started, parent_metrics, cache)
+
+
+def _score(job: EvalJob, bench: Any, run_id: str, run_dir: Path, res: SandboxResult | None, at: _Attempt,
+           started: float, parent_metrics: dict[str, Any] | None, cache: MergeReport | None) -> EvalOutcome:
+    """The trusted half: read and validate the answers, score them against gold, write the result."""
+    usage = _usage_delta(at.gateway, at.before)
     try:
         answers = read_answers(job.work_dir.resolve() / "out" / ANSWERS_FILE, [q.id for q in bench.questions])
     except PredictionFormatError as exc:
-        if raise_errors:
+        if at.raise_errors:
             raise
-        failure = _failure(FailureClass.FORMAT_MISMATCH, f"prediction_format: {exc}", code_changed=code_changed)
+        failure = _failure(FailureClass.FORMAT_MISMATCH, f"prediction_format: {exc}", code_changed=at.code_changed)
         return EvalOutcome(False, None, failure, res, "invalid", usage=usage, cache=cache)
     try:
-        result = finish_eval(setup, bench, run_id, run_dir, answers, time.perf_counter() - started, usage)
+        result = finish_eval(job.setup, bench, run_id, run_dir, answers, time.perf_counter() - started, usage)
     except MemsysError as exc:
-        if raise_errors:
+        if at.raise_errors:
             raise
-        failure = _check_endpoint_claim(classify_exception(exc, code_changed=code_changed), gateway, before,
-                                        code_changed) if sandbox is not None else classify_exception(
-                                            exc, code_changed=code_changed)
-        return EvalOutcome(False, None, failure, res, "missing", usage=usage, cache=cache)
+        return EvalOutcome(False, None, at.from_exception(exc, edits=False), res, "missing", usage=usage, cache=cache)
     data = _result_dict(result)
     atomic_write_json(run_dir / "result.json", data)
     beside = job.work_dir.resolve().parent / "result.json"  # next to untrusted/: evals/<exp>/result.json
@@ -256,7 +288,7 @@ def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shar
     failure = None
     if res is not None:
         failure = classify_result(res, result_status="ok", metrics=numeric, parent_metrics=parent_metrics,
-                                  code_changed=code_changed, edited_paths=list(edited_paths))
+                                  code_changed=at.code_changed, edited_paths=at.edited_paths)
     return EvalOutcome(failure is None, data, failure, res, "ok", usage=usage, cache=cache, eval_result=result)
 
 

@@ -51,6 +51,11 @@ class Screen:
     comparable: bool  # the parent's evaluation carries input digests
     outcome: Any = None  # the reader-free EvalOutcome
 
+    @classmethod
+    def skipped(cls) -> "Screen":
+        """The screen is off (``research.loop.screen=false``): nothing compared, so never "no effect"."""
+        return cls(0, 0, False)
+
     @property
     def no_effect(self) -> bool:
         return self.comparable and self.questions > 0 and self.changed == 0

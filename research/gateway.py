@@ -496,8 +496,8 @@ class LLMGateway:
         return {GATEWAY_SOCKET_ENV: str(self.socket_path)}
 
     # --- request handling (called from handler threads) -------------------------
-    def _chat(self, raw: bytes, upstream_timer: list[float]) -> _Reply:
-        """The answer to one chat-completions request body."""
+    def _validated(self, raw: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], int, int, float]:
+        """The request body, checked field by field (a 400 names the first bad one); the model is ours."""
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
@@ -521,6 +521,11 @@ class LLMGateway:
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
             raise _reject(400, f"'temperature' must be a number, got {temperature!r}")
         body["model"] = self.model  # the child cannot choose the model
+        return body, messages, max_tokens, choices, temperature
+
+    def _chat(self, raw: bytes, upstream_timer: list[float]) -> _Reply:
+        """The answer to one chat-completions request body."""
+        body, messages, max_tokens, choices, temperature = self._validated(raw)
 
         key = None
         if self.cache is not None:

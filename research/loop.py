@@ -128,9 +128,7 @@ class ResearchLoop:
         self.records = self._read_journal()
         st.reset_folded()
         for rec in self.records:
-            st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
-                     refine_from_attempt=self.setup.research.loop.refine_from_attempt,
-                     eval_dir=self.absolute(rec.eval_dir))
+            self._fold(rec)
         self.ws.init_refs(st.base_commit)
         self.ws.move_best(st.best_commit)  # a kill between record and ref move leaves it behind
         pruned = self.ws.prune(keep_branches=[r.experiment_id for r in self.records])
@@ -395,20 +393,13 @@ class ResearchLoop:
                       memory_bytes=int(sc.memory_gb * (1 << 30)),
                       reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway and use_reader else {})
         shared = self.heldout_cache if heldout else self.shared_cache  # test-split text never reaches dev sandboxes
-        from benchmarks.runner import selection
-        from harness.views import ANSWERS_FILE
-        from research.evaluate import answer_progress
-
-        bench = selection(job.setup)
-        total = sum(len(c.questions) for c in bench.conversations)
         stage = "screen" if tag.startswith("-screen") else "check" if "check" in tag else "evaluate"
 
         def progress(done: int, n: int) -> None:
             self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})
 
-        with answer_progress(job.work_dir / "out" / ANSWERS_FILE, total, on_update=progress):
-            out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
-                           parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), bench=bench)
+        out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
+                       parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress)
         if isinstance(rec, ExperimentRecord):
             self._note_eval(rec, out)
         return out
@@ -552,14 +543,18 @@ class ResearchLoop:
         rec.lesson = rec.lesson or lesson_for(rec, self.setup.eval.objective)
         append_record(self.run_dir, rec)
         self.records.append(rec)
-        st.apply(rec, degradations_to_pivot=self.setup.research.loop.degradations_to_pivot,
-                     refine_from_attempt=self.setup.research.loop.refine_from_attempt,
-                 eval_dir=self.absolute(rec.eval_dir))
+        self._fold(rec)
         self.ws.move_best(st.best_commit)
         self._study_add(rec)
         st.save(self.run_dir)
         self._mlflow_child(rec)
         self.on_event("experiment", {"record": rec, "best": st.best_value})
+
+    def _fold(self, rec: ExperimentRecord) -> None:
+        """One journal row into the state, under this run's loop settings (resume folds them all)."""
+        lc = self.setup.research.loop
+        self.state.apply(rec, degradations_to_pivot=lc.degradations_to_pivot,
+                         refine_from_attempt=lc.refine_from_attempt, eval_dir=self.absolute(rec.eval_dir))
 
     def stage(self, rec: ExperimentRecord, stage: str, detail: str = "") -> None:
         self.on_event("stage", {"experiment": rec.experiment_id, "stage": stage, "detail": detail})

@@ -34,7 +34,7 @@ def measure(exp: "Experiment", prop: Proposal) -> Measured | Stop:
     out = None
     for attempt in range(lc.max_repairs + 1):
         if screen is None and not lc.screen and not reader_free:
-            screen = Screen(0, 0, False)  # screen off: straight to the reader
+            screen = Screen.skipped()
         if screen is None:
             out, screen = _screen(exp, sample, attempt)
             if screen is not None and screen.no_effect and lc.screen:

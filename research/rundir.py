@@ -10,19 +10,16 @@ its own. Pure path logic: nothing is created or read, except by ``exists`` and `
     confirmation.json    held-out confirmation of baseline and best
     replay.json          a replay's steps (replay runs only)
     report/              ``memsys report`` output (``report-vs-<other>/`` when comparing)
-    evals/<exp><tag>/    one evaluation: ``untrusted/`` (the sandbox's output) and ``<eval run id>/``
+    evals/<exp><tag>-<key>/   one evaluation, keyed by commit and request: ``untrusted/`` (the sandbox's
+                         output, picked up by a resumed evaluation) and ``<eval run id>/``
     worktrees/<exp>/     git worktrees of experiments in flight
-    partial/<commit>-<config key>/   partial predictions of an interrupted evaluation
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
 
 from harness.paths import runs_dir
 from research.errors import RunStateError
@@ -36,16 +33,11 @@ REPLAY_FILE = "replay.json"
 REPORT_DIR = "report"
 EVALS_DIR = "evals"
 WORKTREES_DIR = "worktrees"
-PARTIAL_DIR = "partial"
 #: files whose presence means a run was started in the folder
 RUN_MARKERS = (CONFIG_FILE, STATE_FILE, TRAJECTORY_FILE)
-#: hex characters of a resolved config's hash in partial-prediction folder names
-CONFIG_KEY_CHARS = 16
 
 # one path component each: no separator, no "." / "..", nothing a shell or a file system reads specially
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
-_COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
-_CONFIG_KEY_RE = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 @dataclass(frozen=True)
@@ -109,19 +101,6 @@ class RunDir:
     def worktrees(self) -> Path:
         return self.root / WORKTREES_DIR
 
-    @property
-    def partial_root(self) -> Path:
-        return self.root / PARTIAL_DIR
-
-    def partial_dir(self, commit: str, config_key: str) -> Path:
-        """Partial predictions of the code at ``commit`` under one resolved config (``config_key_of``):
-        an evaluation killed half-way picks up there, and no other code or config ever reads them."""
-        if not _COMMIT_RE.match(commit):
-            raise RunStateError(f"partial predictions need a commit sha (hex), got {commit!r}")
-        if not _CONFIG_KEY_RE.match(config_key):
-            raise RunStateError(f"partial predictions need a config key (hex, from config_key_of), got {config_key!r}")
-        return self.partial_root / f"{commit}-{config_key}"
-
     # ------------------------------------------------------------ on disk
     def exists(self) -> bool:
         """A run was started here: its config, state or journal is on disk (a run killed before
@@ -135,12 +114,6 @@ class RunDir:
         if not root.is_dir():
             return []
         return sorted(p.name for p in root.iterdir() if p.is_dir() and RunDir(p).exists())
-
-
-def config_key_of(resolved_config: Mapping[str, Any]) -> str:
-    """A short stable hash of a resolved config (key order does not matter)."""
-    text = json.dumps(resolved_config, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:CONFIG_KEY_CHARS]
 
 
 def _component(name: str, what: str) -> str:

@@ -35,7 +35,6 @@ class LoopState:
     best_value: float | None = None
     best_metrics: dict = field(default_factory=dict)
     best_eval_dir: str | None = None
-    noise_floor: float = 0.0  # unused since paired acceptance (kept so older state files load)
     next_index: int = 0
     consecutive_degradations: int = 0
     iterations_on_hypothesis: int = 0

@@ -94,7 +94,7 @@ def journal_records(commit: str) -> list[ExperimentRecord]:
 
 def make_state(repo: Path, commit: str, eval_dir: Path, next_index: int = 4) -> LoopState:
     return LoopState("r", str(repo), commit, commit, best_value=0.34, best_eval_dir=str(eval_dir),
-                     noise_floor=0.01, next_index=next_index, mode="iterate", current_hypothesis="rank fusion")
+                     next_index=next_index, mode="iterate", current_hypothesis="rank fusion")
 
 
 def run_setup(repo: Path, budget: int, *extra: str):

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from research.errors import RunStateError
-from research.rundir import RunDir, config_key_of
-
-SHA = "0123456789abcdef0123456789abcdef01234567"
+from research.rundir import RunDir
 
 
 def test_every_file_and_folder_of_a_run(tmp_path: Path) -> None:
@@ -17,9 +15,9 @@ def test_every_file_and_folder_of_a_run(tmp_path: Path) -> None:
     assert rd.root == tmp_path / "run-1" and rd.run_id == "run-1"
     names = {p.relative_to(rd.root).as_posix() for p in (rd.config, rd.state, rd.trajectory, rd.optuna_db,
                                                          rd.confirmation, rd.replay, rd.evals_root, rd.worktrees,
-                                                         rd.partial_root, rd.report_dir())}
+                                                         rd.report_dir())}
     assert names == {"config.json", "state.json", "trajectory.jsonl", "optuna.db", "confirmation.json", "replay.json",
-                     "evals", "worktrees", "partial", "report"}
+                     "evals", "worktrees", "report"}
     assert rd.evals("exp-003") == rd.root / "evals" / "exp-003"
     assert rd.evals("exp-003", "-h1") == rd.root / "evals" / "exp-003-h1"
     assert rd.eval_run("exp-000", "run-1-exp-000-r1", "-r1") == rd.root / "evals" / "exp-000-r1" / "run-1-exp-000-r1"
@@ -30,18 +28,6 @@ def test_every_file_and_folder_of_a_run(tmp_path: Path) -> None:
 def test_default_root_is_the_runs_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMSYS_RUNS_DIR", str(tmp_path / "elsewhere"))
     assert RunDir.of("r").root == (tmp_path / "elsewhere" / "r").resolve()
-
-
-def test_partial_dir_is_keyed_by_commit_and_resolved_config(tmp_path: Path) -> None:
-    rd = RunDir.of("r", tmp_path)
-    key = config_key_of({"retrieval": {"top_k": 10, "merge": "rrf"}, "sample": "tiny"})
-    assert key == config_key_of({"sample": "tiny", "retrieval": {"merge": "rrf", "top_k": 10}})  # order-free
-    assert key != config_key_of({"sample": "tiny", "retrieval": {"merge": "rrf", "top_k": 11}})
-    assert rd.partial_dir(SHA, key) == rd.root / "partial" / f"{SHA}-{key}"
-    assert rd.partial_dir(SHA[:12], key) != rd.partial_dir(SHA, key)
-    for commit, k in ((SHA, "../../x"), ("HEAD", key), (SHA, ""), ("../" + SHA, key)):
-        with pytest.raises(RunStateError):
-            rd.partial_dir(commit, k)
 
 
 @pytest.mark.parametrize("bad", ["", ".", "..", "a/b", "../up", ".hidden", "a b"])
