@@ -37,6 +37,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replay)
     p = sub.add_parser("report", help="HTML + PNG report of a run (or two runs side by side)")
     p.add_argument("run_ids", nargs="+")
+    p.add_argument("--csv", action="store_true",
+                   help="also write trajectory.csv, categories.csv and taxonomy.csv (compare.csv for two runs)")
     p.set_defaults(func=cmd_report)
 
 
@@ -146,6 +148,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.paths import runs_dir
     from research.report import main_report
 
-    path = main_report(args.run_ids, runs_dir())
+    path = main_report(args.run_ids, runs_dir(), csv=args.csv)
     print(f"report: {path}")
+    if args.csv:
+        print(f"CSV tables in {path.parent}")
     return 0

@@ -149,3 +149,10 @@ def repair_trajectory(run_dir: Path) -> list[str]:
 
 def iter_accepted(records: list[ExperimentRecord]) -> Iterator[ExperimentRecord]:
     return (r for r in records if r.decision in ("baseline", "proceed"))
+
+
+def load_frame(run: str | Path) -> Any:
+    """A run's experiments as a pandas DataFrame (research.frames.load_frame): a run folder or a run id."""
+    from research.frames import load_frame as frame_of_run
+
+    return frame_of_run(run)
