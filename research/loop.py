@@ -71,6 +71,7 @@ class ResearchLoop:
         self._proposers: dict[str, Proposer] = {}
         self.study = None
         self.gateway = None
+        self.executor = None  # where evaluations run (research.executor); None: here, as research.executor=local
         self.budget = None
         self.shared_cache = SharedCache(cache_dir())
         self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
@@ -150,6 +151,7 @@ class ResearchLoop:
             if st.local_switched and self.setup.eval.llm.backend != "local":
                 self._use_local_config()  # the 403 heal of the killed run holds after resume
             self._open_llm(stack)
+            self._open_executor(stack)
             self._mlflow_parent()
             proposers = self._make_proposers()
             try:
@@ -369,6 +371,13 @@ class ResearchLoop:
             changes |= {"reader": reader, "objective": "auto"}  # the screen: reader-free context recall
         return EvalSetup(dataclasses.replace(ev.eval, **changes), ev.benchmark, ev.memory, ev.llm, ev.raw)
 
+    def _open_executor(self, stack: ExitStack) -> None:
+        from research.executor import make_executor
+
+        self.executor = make_executor(self.setup.research.execution)
+        stack.callback(self.executor.close)
+        self.on_event("executor", {"executor": self.executor.name, "detail": self.executor.describe()})
+
     def _sandbox_obj(self) -> Any:
         if self._sandbox is None:
             from sandbox import make_sandbox
@@ -399,9 +408,13 @@ class ResearchLoop:
             self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})
 
         out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
-                       parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress)
+                       parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress,
+                       executor=self.executor)
         if isinstance(rec, ExperimentRecord):
             self._note_eval(rec, out)
+        if out.placement and out.placement.get("executor_node") != "local":
+            self.on_event("placed", {"experiment": exp_id, "stage": stage, "node": out.placement["executor_node"],
+                                     "host": out.placement["host"], "untrusted_s": out.placement["untrusted_s"]})
         return out
 
     _run_eval = run_eval  # the name confirm and replay used
@@ -409,6 +422,8 @@ class ResearchLoop:
     def _note_eval(self, rec: ExperimentRecord, out: EvalOutcome) -> None:
         """Reader usage (the gateway's count) and the cache merge, onto the experiment's record."""
         rec.sandbox = dict(self.state.sandbox)
+        if out.placement and out.placement.get("executor_node") != "local":  # which node ran it (executor=ray)
+            rec.sandbox |= {"node": out.placement["executor_node"], "host": out.placement["host"]}
         if out.usage is not None:
             u = dict(rec.reader)
             for k, v in dataclasses.asdict(out.usage).items():

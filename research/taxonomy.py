@@ -93,6 +93,11 @@ def objective_name(records: Sequence[ExperimentRecord]) -> str:
     return next((r.objective for r in records if r.objective), "")
 
 
+def is_category_key(key: str, objective: str = "") -> bool:
+    """A per-category metric: "<objective>/<cat>", LoCoMo's f1_cat<n>, Mem-Gallery's f1_<CAT>."""
+    return bool(objective and key.startswith(objective + "/")) or any(p.match(key) for p in _CATEGORY_KEY_RES)
+
+
 def category_keys(records: Sequence[ExperimentRecord]) -> list[str]:
     """Numeric per-category metric keys found in any record, in natural order."""
     objective = objective_name(records)
@@ -101,7 +106,7 @@ def category_keys(records: Sequence[ExperimentRecord]) -> list[str]:
         for key, value in (rec.metrics or {}).items():
             if number(value) is None:
                 continue
-            if (objective and key.startswith(objective + "/")) or any(p.match(key) for p in _CATEGORY_KEY_RES):
+            if is_category_key(key, objective):
                 keys.add(key)
     return sorted(keys, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)])
 
