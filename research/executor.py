@@ -112,9 +112,10 @@ def _start_ray(ray: object, cfg: "RayConfig") -> None:
     """Connect to ``cfg.address``, or start a local instance with this machine's cores (or ``num_cpus``)."""
     try:
         if cfg.address:
-            ray.init(address=cfg.address, log_to_driver=False)
+            ray.init(address=cfg.address, log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.WARNING)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError
         where = cfg.address or "a local instance"
         raise ExecutorError(f"could not start Ray on {where}: {' '.join(str(exc).split())[:300]}") from exc
