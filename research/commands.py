@@ -21,6 +21,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "memsys eval memory=omni,naive_rag,bm25_only reader=none [research.executor=ray]",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--sweep-id", help="name of a sweep's folder under runs/ (default sweep-<time>)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("run", help="launch (or --resume) an autonomous optimization run",
                        description="e.g. memsys run benchmark=locomo split=dev memory=naive proposer=llm llm=local "
@@ -100,9 +101,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         status = f"{out.objective_value:.4f}" if out and out.ok else f"failed ({out.failure.cls.value}: {out.failure.message})"
         console.print(f"{' '.join(run.overrides)}: {status}{where}{took}", markup=False, style="dim")
 
-    frame, folder = run_sweep(args.overrides, on_done=done)
+    frame, folder = run_sweep(args.overrides, sweep_id=getattr(args, "sweep_id", None), on_done=done)
     objective = ", ".join(sorted({str(o) for o in frame["objective"] if o}))
-    console.print(rich_table(frame.drop(columns=["objective", "run_id"]), title=f"sweep {folder.name}: {objective}"))
+    shown = frame.drop(columns=["objective", "run_id"]).rename(columns=lambda c: c.replace("recall_at_", "R@"))
+    console.print(rich_table(shown, title=f"sweep {folder.name}: {objective}"))
     console.print(f"comparison: {folder / 'comparison.csv'}")
     if frame["status"].ne("ok").any():
         console.print(f"{int(frame['status'].ne('ok').sum())} config(s) failed; see the status column")

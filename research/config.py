@@ -120,9 +120,12 @@ class ResearchConfig:
     researcher: ResearcherConfig = field(default_factory=ResearcherConfig)
     executor: str = "local"  # local | ray: where evaluations run (proposing, deciding, scoring stay here)
     ray: RayConfig = field(default_factory=RayConfig)
+    parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
 
     def __post_init__(self) -> None:
         ExecutionConfig(self.executor, self.ray)  # one check of the choice
+        if self.parallel < 1:
+            raise ConfigError(f"research.parallel must be >= 1, got {self.parallel}")
 
     @property
     def execution(self) -> ExecutionConfig:

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,8 @@ def sandbox_spec(job: EvalJob, request_path: Path, *, gateway: Gateway | None, s
                        env=env, network="none", wall_timeout_s=job.wall_timeout_s, memory_bytes=job.memory_bytes,
                        max_file_bytes=2 << 30, max_open_files=4096)
 
+
+_MERGE_LOCK = threading.Lock()
 
 #: failure classes that blame the endpoint or the budget: the gateway saw it, or it did not happen
 _ENDPOINT_CLASSES = (FailureClass.AUTH, FailureClass.RATE_LIMIT, FailureClass.API_ERROR)
@@ -316,7 +319,10 @@ def end_sandboxed(p: PendingEval, ran: UntrustedResult | ExecutorError) -> EvalO
         failure = _check_endpoint_claim(failure, at.gateway, at.before, at.code_changed)
         return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(at.gateway, at.before),
                            placement=placement)
-    cache = p.shared.merge(job.work_dir.resolve() / "cache", p.namespace) if p.shared is not None else None
+    cache = None
+    if p.shared is not None:
+        with _MERGE_LOCK:  # candidates of one round finish at once and may share a code namespace
+            cache = p.shared.merge(job.work_dir.resolve() / "cache", p.namespace)
     out = _score(job, p.bench, p.run_id, p.run_dir, res, at, started, p.parent_metrics, cache)
     out.placement = placement
     return out

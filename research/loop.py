@@ -76,6 +76,7 @@ class ResearchLoop:
         self.shared_cache = SharedCache(cache_dir())
         self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
         self._configs: dict[str, Any] = {}
+        self.round_keys: dict[str, str] = {}  # effective key -> candidate of the round in progress (research.parallel)
 
     now = staticmethod(_now)
 
@@ -179,7 +180,13 @@ class ResearchLoop:
                 self._baseline()
             else:
                 self.workers_override = None  # a rate-limit backoff lasts one experiment
-                Experiment(self, self._proposer_for(proposers, st.next_index)).run()
+                k = self._round_size()
+                if k > 1:
+                    from research.round import Round
+
+                    Round(self, self._proposer_for(proposers, st.next_index), k).run()
+                else:
+                    Experiment(self, self._proposer_for(proposers, st.next_index)).run()
             st.elapsed_s = time.monotonic() - started
             st.save(self.run_dir)
 
@@ -197,6 +204,11 @@ class ResearchLoop:
         record = confirm(self)
         atomic_write_json(self.paths.confirmation, record)
         self.on_event("confirmed", {"record": record, "line": describe(record)})
+
+    def _round_size(self) -> int:
+        """Candidates this round: research.parallel, never past the experiment budget."""
+        st, b = self.state, self.setup.research.budget
+        return max(1, min(self.setup.research.parallel, b.experiments - st.evaluated))
 
     def _stop_reason(self) -> str | None:
         st, b, lc = self.state, self.setup.research.budget, self.setup.research.loop
@@ -434,7 +446,10 @@ class ResearchLoop:
 
     @staticmethod
     def eval_dir(out: EvalOutcome) -> Path | None:
-        return Path(out.eval_result.run_dir) if out.eval_result is not None else None
+        if out.eval_result is not None:
+            return Path(out.eval_result.run_dir)
+        run_dir = (out.result or {}).get("run_dir")  # a measurement read back from a round file on resume
+        return Path(run_dir) if run_dir else None
 
     @staticmethod
     def rows(eval_dir: str | Path | None) -> list[dict[str, Any]]:

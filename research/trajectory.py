@@ -26,7 +26,9 @@ DISCOVERY_TYPES = (
     "evaluation_format_alignment",
     "hyperparameter_tuning",
 )
-DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected")  # rejected: refused or no effect, never evaluated
+# rejected: refused or no effect, never evaluated; not_taken: evaluated in a round of research.parallel=K
+# candidates beside a better one that took the round's decision
+DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected", "not_taken")
 
 
 class TrajectoryError(MemsysError):

@@ -1,0 +1,77 @@
+"""Parallel evaluations (issue #15): the same ``memsys eval`` sweep on ``research.executor=local`` and ``=ray``.
+
+Each executor runs the sweep once in a subprocess (``python -m launcher.main eval <sweep> research.executor=X``);
+this script times the whole command, reads back each sweep's comparison.csv, and checks that every config
+scored the same under both executors. The machine's load average is recorded before and after each run:
+on a shared machine it says more about the wall times than the executor does.
+
+    python -m research.perf.bench_parallel                      # 4 configs, LoCoMo dev tiny, reader=none, bwrap
+    python -m research.perf.bench_parallel --sweep memory=naive,bm25_only --out runs/bench/parallel.json
+
+Writes runs/bench/parallel.json (or --out). An entry point that drives research/ (not part of the scorer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+DEFAULT_SWEEP = ["memory=naive,bm25_only", "memory.retrieval.top_k=5,10"]
+DEFAULT_BASE = ["benchmark=locomo", "split=dev", "sample=tiny", "reader=none", "workers=1", "sandbox=bwrap",
+                "mlflow=false"]
+
+
+def run_sweep_command(sweep: list[str], base: list[str], executor: str, sweep_id: str, extra: list[str]) -> dict[str, Any]:
+    from harness.paths import runs_dir
+
+    argv = [sys.executable, "-m", "launcher.main", "eval", "--sweep-id", sweep_id, *sweep, *base,
+            f"research.executor={executor}", *extra]
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"{executor} sweep failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    frame = pd.read_csv(runs_dir() / sweep_id / "comparison.csv")
+    return {"executor": executor, "command": " ".join(argv[1:]), "wall_s": round(wall, 2),
+            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+            "configs": frame.drop(columns=["run_id"]).to_dict("records")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.atomic import atomic_write_json
+    from harness.paths import runs_dir
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweep", nargs="+", default=DEFAULT_SWEEP, help="the swept overrides")
+    ap.add_argument("--base", nargs="+", default=DEFAULT_BASE, help="the fixed overrides")
+    ap.add_argument("--executors", default="local,ray")
+    ap.add_argument("--ray", nargs="*", default=[], help="extra research.ray.* overrides for the ray run")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = []
+    for executor in args.executors.split(","):
+        extra = args.ray if executor == "ray" else []
+        results.append(run_sweep_command(args.sweep, args.base, executor, f"bench-sweep-{executor}-{stamp}", extra))
+        print(f"{executor}: {results[-1]['wall_s']} s", file=sys.stderr)
+    values = [[c["value"] for c in r["configs"]] for r in results]
+    out = {"sweep": args.sweep, "base": args.base, "cpus": os.cpu_count(), "runs": results,
+           "identical_values": all(v == values[0] for v in values)}
+    path = args.out or runs_dir() / "bench" / "parallel.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, out)
+    print(json.dumps({r["executor"]: r["wall_s"] for r in results}), f"identical={out['identical_values']}", path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
