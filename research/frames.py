@@ -102,6 +102,15 @@ def taxonomy_frame(records: Sequence[ExperimentRecord]) -> pd.DataFrame:
     return out.rename_axis("discovery_type").reset_index()[TAXONOMY_COLUMNS]
 
 
+def node_frame(records: Sequence[ExperimentRecord]) -> pd.DataFrame:
+    """Per executor node (research.executor=ray): experiments whose evaluation it ran, and their seconds."""
+    df = experiments_frame(records).dropna(subset=["node"])
+    grouped = df.groupby("node", sort=True)
+    out = pd.DataFrame({"experiments": grouped.size(), "eval_s": grouped["eval_s"].sum(),
+                        "mean_eval_s": grouped["eval_s"].mean(), "total_s": grouped["total_s"].sum()})
+    return out.rename_axis("node").reset_index()
+
+
 def summary_series(records: Sequence[ExperimentRecord]) -> pd.Series:
     """A run's headline numbers (research.taxonomy.RunSummary) as one column."""
     s = run_summary(records)

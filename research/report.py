@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from research.frames import compare_frame, taxonomy_frame
+from research.frames import compare_frame, node_frame, taxonomy_frame
 from research.report_figures import (
     DECISION_STYLE,
     plot_categories,
@@ -401,6 +401,18 @@ def compare_html(runs: Sequence[RunData]) -> str:
     return frame_html(shown, as_html, numeric=range(1, len(shown.columns)), cls="summary")
 
 
+def nodes_html(records: Sequence[ExperimentRecord]) -> str:
+    """Per-node timings when evaluations ran on a Ray cluster (research.executor=ray); empty otherwise."""
+    nodes = node_frame(records)
+    if nodes.empty:
+        return ""
+    shown = nodes.assign(node=nodes["node"].str[:12])
+    formats = {"node": lambda v: f"<code>{_e(v)}</code>", "experiments": str, "eval_s": fmt_duration,
+               "mean_eval_s": fmt_duration, "total_s": fmt_duration}
+    return ("<h3>Where evaluations ran</h3><p class=muted>Ray node of each experiment's evaluation "
+            "(research.executor=ray): how many, and the seconds they took.</p>" + frame_html(shown, formats, cls="nodes"))
+
+
 def failures_html(records: Sequence[ExperimentRecord]) -> str:
     rows = failure_table(records)
     if not rows:
@@ -543,7 +555,7 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
               "<h2>Experiments</h2><p class=muted>Type: the discovery type classified from what the change touched; "
               "the researcher's own label under it when the two differ. Δ: against the best so far, with the paired "
               "test's confidence interval when one was run.</p>", experiments_html(recs),
-              "<h2>Time and cost</h2>", cost, cost_time_html(recs),
+              "<h2>Time and cost</h2>", cost, cost_time_html(recs), nodes_html(recs),
               "<h2>Accepted experiments</h2>", accepted_html(recs)]
     return "".join(parts)
 

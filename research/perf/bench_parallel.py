@@ -7,6 +7,11 @@ on a shared machine it says more about the wall times than the executor does.
 
     python -m research.perf.bench_parallel                      # 4 configs, LoCoMo dev tiny, reader=none, bwrap
     python -m research.perf.bench_parallel --sweep memory=naive,bm25_only --out runs/bench/parallel.json
+    python -m research.perf.bench_parallel --loop --parallel 1,2     # memsys run at K=1 and K=2: experiments/hour
+
+``--loop`` instead runs ``memsys run`` (optuna proposer, reader=none, LoCoMo dev tiny, 4 experiments, on a
+scratch copy of the project) once per ``research.parallel`` value and reports evaluated experiments per hour
+of the run's own elapsed time (state.json), and the decisions and values of each run.
 
 Writes runs/bench/parallel.json (or --out). An entry point that drives research/ (not part of the scorer).
 """
@@ -46,6 +51,33 @@ def run_sweep_command(sweep: list[str], base: list[str], executor: str, sweep_id
             "configs": frame.drop(columns=["run_id"]).to_dict("records")}
 
 
+LOOP_BASE = ["memory=naive", "reader=none", "sample=tiny", "research.proposer=optuna", "research.budget.experiments=4",
+             "research.confirm.enabled=false", "research.loop.check=false", "mlflow=false", "workers=1"]
+
+
+def run_loop_command(k: int, stamp: str, extra: list[str]) -> dict[str, Any]:
+    from harness.paths import runs_dir
+    from research.trajectory import read_trajectory
+    from research.workspace import make_scratch_repo
+
+    run_id = f"bench-parallel-k{k}-{stamp}"
+    repo = make_scratch_repo(runs_dir() / "bench" / f"{run_id}-repo")
+    argv = [sys.executable, "-m", "launcher.main", "run", *LOOP_BASE, f"research.parallel={k}", f"research.repo={repo}",
+            f"run_id={run_id}", *extra]
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"K={k} run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    state = json.loads((runs_dir() / run_id / "state.json").read_text())
+    records, _ = read_trajectory(runs_dir() / run_id)
+    return {"parallel": k, "command": " ".join(argv[1:]), "wall_s": round(wall, 2), "elapsed_s": round(state["elapsed_s"], 2),
+            "evaluated": state["evaluated"], "experiments_per_hour": round(3600 * state["evaluated"] / state["elapsed_s"], 2),
+            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+            "records": [{"id": r.experiment_id, "decision": r.decision, "value": r.objective_value} for r in records]}
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.atomic import atomic_write_json
     from harness.paths import runs_dir
@@ -56,8 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executors", default="local,ray")
     ap.add_argument("--ray", nargs="*", default=[], help="extra research.ray.* overrides for the ray run")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--loop", action="store_true", help="memsys run at each --parallel value instead of a sweep")
+    ap.add_argument("--parallel", default="1,2")
+    ap.add_argument("--extra", nargs="*", default=[], help="more overrides for the --loop runs")
     args = ap.parse_args(argv)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    if args.loop:
+        runs = [run_loop_command(int(k), stamp, args.extra) for k in args.parallel.split(",")]
+        path = args.out or runs_dir() / "bench" / "parallel_loop.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"base": LOOP_BASE, "cpus": os.cpu_count(), "runs": runs})
+        print(json.dumps({f"K={r['parallel']}": r["experiments_per_hour"] for r in runs}), path)
+        return 0
     results = []
     for executor in args.executors.split(","):
         extra = args.ray if executor == "ray" else []

@@ -107,3 +107,12 @@ def test_report_csv_flag_writes_the_tables(tmp_path, records):
     compare = pd.read_csv(two.parent / "compare.csv", index_col="value")
     assert compare.loc["experiments"].tolist() == ["6", "6"]
     assert (two.parent / "run-b" / TRAJECTORY_CSV).exists()
+
+
+def test_node_frame_and_the_report_table(tmp_path, records):
+    from research.frames import node_frame
+    from research.report import nodes_html
+
+    df = node_frame(records)
+    assert df.to_dict("records") == [{"node": "n1", "experiments": 1, "eval_s": 9.0, "mean_eval_s": 9.0, "total_s": 11.0}]
+    assert "<code>n1</code>" in nodes_html(records) and nodes_html(records[:1]) == ""  # no node: no table
