@@ -19,6 +19,10 @@ from tests.support.openai_server import OpenAITestServer, Reply
 pytestmark = pytest.mark.slow
 
 
+def _stable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k != "wall_s"}  # seconds differ from run to run
+
+
 def _run(repo: Path, run_id: str, *extra: str) -> list:
     with OpenAITestServer() as server:
         server.enqueue(Reply.of_json(IMPROVE))
@@ -35,7 +39,8 @@ def test_ray_executor_gives_the_local_trajectory(repo: Path, runs: Path, locomo_
     remote, events = _run(repo, "on-ray", "research.executor=ray", "research.ray.num_cpus=2")
     assert [r.decision for r in remote] == [r.decision for r in local] == ["baseline", "proceed"]
     assert [r.objective_value for r in remote] == [r.objective_value for r in local]
-    assert [r.diff for r in remote] == [r.diff for r in local] and [r.metrics for r in remote] == [r.metrics for r in local]
+    assert [r.diff for r in remote] == [r.diff for r in local]
+    assert [_stable(r.metrics) for r in remote] == [_stable(r.metrics) for r in local]
     assert all(r.sandbox.get("node") and r.sandbox.get("host") for r in remote)  # which node ran each
     assert not any("node" in r.sandbox for r in local)  # the local record is today's
     assert ("executor", {"executor": "ray", "detail": next(d["detail"] for k, d in events if k == "executor")}) in events
