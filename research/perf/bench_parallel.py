@@ -8,6 +8,11 @@ on a shared machine it says more about the wall times than the executor does.
     python -m research.perf.bench_parallel                      # 4 configs, LoCoMo dev tiny, reader=none, bwrap
     python -m research.perf.bench_parallel --sweep memory=naive,bm25_only --out runs/bench/parallel.json
     python -m research.perf.bench_parallel --loop --parallel 1,2     # memsys run at K=1 and K=2: experiments/hour
+    python -m research.perf.bench_parallel --overhead 20              # executor overhead per evaluation
+
+``--overhead N`` sends N trivial sandboxed tasks (the process sandbox running ``python -c pass``) through
+each executor one at a time and reports the mean and p95 seconds per task: the difference is what Ray
+adds to every evaluation (its start is timed apart).
 
 ``--loop`` instead runs ``memsys run`` (optuna proposer, reader=none, LoCoMo dev tiny, 4 experiments, on a
 scratch copy of the project) once per ``research.parallel`` value and reports evaluated experiments per hour
@@ -78,6 +83,42 @@ def run_loop_command(k: int, stamp: str, extra: list[str]) -> dict[str, Any]:
             "records": [{"id": r.experiment_id, "decision": r.decision, "value": r.objective_value} for r in records]}
 
 
+def measure_overhead(n: int) -> dict[str, Any]:
+    import statistics
+    import tempfile
+
+    from research.config import RayConfig
+    from research.executor import LocalExecutor, RayExecutor
+    from research.worker import UntrustedTask
+    from sandbox import SandboxSpec, make_sandbox
+
+    out = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    task = UntrustedTask(make_sandbox("process"), SandboxSpec(argv=[sys.executable, "-c", "pass"], workdir=out,
+                                                              writable=[out]), out / "answers.jsonl", "noop")
+    started = time.perf_counter()
+    ray_ex = RayExecutor(RayConfig())
+    ray_start = time.perf_counter() - started
+    timings: dict[str, list[float]] = {}
+    try:
+        for name, ex in (("local", LocalExecutor()), ("ray", ray_ex)):
+            ex.run(task)  # warm-up: the first Ray task starts a worker process
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                ex.run(task)
+                times.append(time.perf_counter() - t)
+            timings[name] = times
+    finally:
+        ray_ex.close()
+
+    def stats(xs: list[float]) -> dict[str, float]:
+        return {"mean_s": round(statistics.mean(xs), 4), "p95_s": round(sorted(xs)[int(0.95 * (len(xs) - 1))], 4)}
+
+    return {"n": n, "ray_start_s": round(ray_start, 2), "load": [round(x, 2) for x in os.getloadavg()],
+            **{name: stats(xs) for name, xs in timings.items()},
+            "overhead_mean_s": round(statistics.mean(timings["ray"]) - statistics.mean(timings["local"]), 4)}
+
+
 def main(argv: list[str] | None = None) -> int:
     from harness.atomic import atomic_write_json
     from harness.paths import runs_dir
@@ -91,7 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--loop", action="store_true", help="memsys run at each --parallel value instead of a sweep")
     ap.add_argument("--parallel", default="1,2")
     ap.add_argument("--extra", nargs="*", default=[], help="more overrides for the --loop runs")
+    ap.add_argument("--overhead", type=int, default=0, metavar="N", help="time N trivial tasks per executor instead")
     args = ap.parse_args(argv)
+    if args.overhead:
+        result = measure_overhead(args.overhead)
+        path = args.out or runs_dir() / "bench" / "parallel_overhead.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, result)
+        print(json.dumps(result), path)
+        return 0
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if args.loop:
         runs = [run_loop_command(int(k), stamp, args.extra) for k in args.parallel.split(",")]
