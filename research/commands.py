@@ -16,10 +16,12 @@ QUICKSTART = ["memory=naive", "reader=none", "sample=half", "research.proposer=h
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "eval", help="evaluate one config on one benchmark split",
-        description="e.g. memsys eval benchmark=locomo split=dev memory=omni llm=local workers=2",
+        "eval", help="evaluate one config (or a sweep of configs) on one benchmark split",
+        description="e.g. memsys eval benchmark=locomo split=dev memory=omni llm=local workers=2; a sweep: "
+                    "memsys eval memory=omni,naive_rag,bm25_only reader=none [research.executor=ray]",
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--sweep-id", help="name of a sweep's folder under runs/ (default sweep-<time>)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("run", help="launch (or --resume) an autonomous optimization run",
                        description="e.g. memsys run benchmark=locomo split=dev memory=naive proposer=llm llm=local "
@@ -37,6 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_replay)
     p = sub.add_parser("report", help="HTML + PNG report of a run (or two runs side by side)")
     p.add_argument("run_ids", nargs="+")
+    p.add_argument("--csv", action="store_true",
+                   help="also write trajectory.csv, categories.csv and taxonomy.csv (compare.csv for two runs)")
     p.set_defaults(func=cmd_report)
 
 
@@ -48,7 +52,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from benchmarks.tracking import ui_command
     from research.evaluate import evaluate_config
     from research.failures import format_error_line
+    from research.sweep import expand_sweep
 
+    if len(expand_sweep(args.overrides)) > 1 or _executor_of(args.overrides) != "local":
+        return cmd_sweep(args)
     setup = load_eval_setup(args.overrides)
     console = Console(stderr=False)
     out = evaluate_config(setup, args.overrides, progress=not args.no_progress)
@@ -68,6 +75,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if res.mlflow_run_id:
         console.print(f"MLflow run {res.mlflow_run_id}; open the UI with: {ui_command()}")
     return 0
+
+
+def _executor_of(overrides: list[str]) -> str:
+    from benchmarks.config import load_eval_setup
+
+    return str((load_eval_setup(overrides).raw.get("research") or {}).get("executor", "local"))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Every combination of the sweep on the executor; one comparison table (research.sweep)."""
+    from rich.console import Console
+
+    from benchmarks.tracking import ui_command
+    from research.sweep import expand_sweep, rich_table, run_sweep
+
+    console = Console()
+    n = len(expand_sweep(args.overrides))
+    console.print(f"[bold]{n} config(s)[/] on the executor", highlight=False)
+
+    def done(run: Any) -> None:
+        out = run.outcome
+        where = f" on node {str(out.placement.get('executor_node', '?'))[:12]}" if out and out.placement else ""
+        took = f" in {out.placement['untrusted_s']:.1f} s" if out and out.placement.get("untrusted_s") else ""
+        status = f"{out.objective_value:.4f}" if out and out.ok else f"failed ({out.failure.cls.value}: {out.failure.message})"
+        console.print(f"{' '.join(run.overrides)}: {status}{where}{took}", markup=False, style="dim")
+
+    frame, folder = run_sweep(args.overrides, sweep_id=getattr(args, "sweep_id", None), on_done=done)
+    objective = ", ".join(sorted({str(o) for o in frame["objective"] if o}))
+    shown = frame.drop(columns=["objective", "run_id"]).rename(columns=lambda c: c.replace("recall_at_", "R@"))
+    console.print(rich_table(shown, title=f"sweep {folder.name}: {objective}"))
+    console.print(f"comparison: {folder / 'comparison.csv'}")
+    if frame["status"].ne("ok").any():
+        console.print(f"{int(frame['status'].ne('ok').sum())} config(s) failed; see the status column")
+    console.print(f"MLflow: {ui_command()}", style="dim")
+    return 0 if frame["status"].eq("ok").all() else 2
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
@@ -146,6 +188,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.paths import runs_dir
     from research.report import main_report
 
-    path = main_report(args.run_ids, runs_dir())
+    path = main_report(args.run_ids, runs_dir(), csv=args.csv)
     print(f"report: {path}")
+    if args.csv:
+        print(f"CSV tables in {path.parent}")
     return 0

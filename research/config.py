@@ -10,6 +10,7 @@ from harness.errors import ConfigError
 from memsys.config import compose, validate
 
 PROPOSERS = ("llm", "hybrid", "optuna", "random", "alternate")
+EXECUTORS = ("local", "ray")
 
 
 @dataclass
@@ -82,6 +83,32 @@ class ResearcherConfig:
 
 
 @dataclass
+class RayConfig:
+    """Where ``research.executor=ray`` runs evaluations (research.executor.RayExecutor)."""
+
+    address: str | None = None  # a running cluster (ray://host:10001 or host:6379); None: a local instance
+    num_cpus: int | None = None  # size of the local instance; None: this machine's cores
+    cpus_per_eval: float = 1.0  # CPUs Ray reserves per evaluation (at most cores / this run at once)
+    max_retries: int = 2  # re-runs of an evaluation whose worker or node died (on another node when one is left)
+
+    def __post_init__(self) -> None:
+        if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1):
+            raise ConfigError("research.ray: cpus_per_eval must be > 0, max_retries >= 0, num_cpus >= 1")
+
+
+@dataclass
+class ExecutionConfig:
+    """Where evaluations run: the part of ``research.*`` that ``memsys eval`` reads too (configs/eval.yaml)."""
+
+    executor: str = "local"  # local (this process, one after another) | ray (research.ray)
+    ray: RayConfig = field(default_factory=RayConfig)
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"research.executor must be {' | '.join(EXECUTORS)}, got {self.executor!r}")
+
+
+@dataclass
 class ResearchConfig:
     proposer: str = "llm"  # llm | hybrid | optuna | random | alternate
     seed: int = 0  # seeds the samplers and the researcher's sampling (recorded; replay uses the reply cache)
@@ -91,6 +118,18 @@ class ResearchConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     researcher: ResearcherConfig = field(default_factory=ResearcherConfig)
+    executor: str = "local"  # local | ray: where evaluations run (proposing, deciding, scoring stay here)
+    ray: RayConfig = field(default_factory=RayConfig)
+    parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
+
+    def __post_init__(self) -> None:
+        ExecutionConfig(self.executor, self.ray)  # one check of the choice
+        if self.parallel < 1:
+            raise ConfigError(f"research.parallel must be >= 1, got {self.parallel}")
+
+    @property
+    def execution(self) -> ExecutionConfig:
+        return ExecutionConfig(self.executor, self.ray)
 
 
 @dataclass

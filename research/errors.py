@@ -45,3 +45,10 @@ class PresetError(ForbiddenEditError):
     """A memory preset changed by an edit reaches outside ``memory`` or breaks its shape."""
 
     kind = "preset"
+
+
+class ExecutorError(ResearchError):
+    """The executor could not run an evaluation's untrusted half (a Ray node or worker died, the
+    cluster is unreachable): infrastructure, never the candidate's fault."""
+
+    kind = "executor"

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from benchmarks.config import EvalSetup
 from benchmarks.runner import EvalResult, finish_eval, prepare_run, selection
 from benchmarks.scoring import Usage
 from benchmarks.views import write_public_view
-from harness.atomic import atomic_write_json
+from harness.atomic import atomic_write_bytes, atomic_write_json
 from harness.errors import MemsysError
 from harness.views import (
     ANSWERS_FILE,
@@ -43,7 +44,10 @@ from harness.views import (
     read_answers,
 )
 from research.caches import HELDOUT_DIR, SHARED_DIR, MergeReport, SharedCache, code_namespace
+from research.errors import ExecutorError
+from research.executor import Executor, LocalExecutor
 from research.failures import Failure, FailureClass, _failure, classify_exception, classify_result
+from research.worker import UntrustedResult, UntrustedTask
 from sandbox import SandboxResult, SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,7 @@ class EvalOutcome:
     usage: Usage | None = None
     cache: MergeReport | None = None
     eval_result: EvalResult | None = None
+    placement: dict[str, Any] = field(default_factory=dict)  # where the untrusted half ran (node, host, seconds)
 
     @property
     def objective_value(self) -> float | None:
@@ -159,6 +164,8 @@ def sandbox_spec(job: EvalJob, request_path: Path, *, gateway: Gateway | None, s
                        max_file_bytes=2 << 30, max_open_files=4096)
 
 
+_MERGE_LOCK = threading.Lock()
+
 #: failure classes that blame the endpoint or the budget: the gateway saw it, or it did not happen
 _ENDPOINT_CLASSES = (FailureClass.AUTH, FailureClass.RATE_LIMIT, FailureClass.API_ERROR)
 
@@ -214,52 +221,118 @@ class _Attempt:
 def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shared: SharedCache | None = None,
              llm: Any = None, parent_metrics: dict[str, Any] | None = None, code_changed: bool = False,
              edited_paths: Sequence[str] = (), raise_errors: bool = False, bench: Any = None,
-             on_progress: Any = None) -> EvalOutcome:
+             on_progress: Any = None, executor: Executor | None = None) -> EvalOutcome:
     """Run both halves. ``sandbox=None`` runs the untrusted half in this process (tests, benches,
     a user's own code): the same code and the same scoring, without isolation; ``raise_errors``
     then lets its typed errors through instead of classifying them. ``on_progress(done, total)``
-    follows the answers as the untrusted half writes them."""
+    follows the answers as the untrusted half writes them. ``executor`` says where the sandbox
+    runs (research.executor; default: here); the scoring always runs here."""
     bench = bench if bench is not None else selection(job.setup)  # gold included: trusted side only
     if on_progress is None:
         return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
-                         raise_errors, bench)
+                         raise_errors, bench, executor)
     total = sum(len(c.questions) for c in bench.conversations)
     with answer_progress(job.work_dir / "out" / ANSWERS_FILE, total, on_update=on_progress):
         return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
-                         raise_errors, bench)
+                         raise_errors, bench, executor)
 
 
 def _evaluate(job: EvalJob, sandbox: Any, gateway: Gateway | None, shared: SharedCache | None, llm: Any,
               parent_metrics: dict[str, Any] | None, code_changed: bool, edited_paths: Sequence[str],
-              raise_errors: bool, bench: Any) -> EvalOutcome:
+              raise_errors: bool, bench: Any, executor: Executor | None) -> EvalOutcome:
+    if sandbox is not None:
+        pending = begin_sandboxed(job, bench, sandbox, gateway=gateway, shared=shared, parent_metrics=parent_metrics,
+                                  code_changed=code_changed, edited_paths=edited_paths, raise_errors=raise_errors)
+        try:
+            ran: UntrustedResult | ExecutorError = (executor or LocalExecutor()).run(pending.task)
+        except ExecutorError as exc:
+            ran = exc
+        return end_sandboxed(pending, ran)
     from harness.paths import runs_dir
 
     started = time.perf_counter()
     run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir())
     req, request_path = prepare_public(job, bench)
+    at = _Attempt(None, None, code_changed, list(edited_paths), raise_errors, False)
+    try:
+        from memsys.predict import predict
+
+        predict(req, llm=llm)
+    except MemsysError as exc:
+        if raise_errors:
+            raise
+        return EvalOutcome(False, None, at.from_exception(exc, edits=True), None, "missing")
+    return _score(job, bench, run_id, run_dir, None, at, started, parent_metrics, None)
+
+
+@dataclass
+class PendingEval:
+    """An evaluation the trusted side has prepared (run folder, public view, sandbox task) and whose
+    untrusted half runs elsewhere; ``end_sandboxed`` scores what comes back."""
+
+    job: EvalJob
+    bench: Any
+    run_id: str
+    run_dir: Path
+    task: UntrustedTask
+    at: _Attempt
+    prepare_s: float
+    parent_metrics: dict[str, Any] | None
+    shared: SharedCache | None
+    namespace: str
+
+
+def begin_sandboxed(job: EvalJob, bench: Any, sandbox: Any, *, gateway: Gateway | None = None,
+                    shared: SharedCache | None = None, parent_metrics: dict[str, Any] | None = None,
+                    code_changed: bool = False, edited_paths: Sequence[str] = (), raise_errors: bool = False,
+                    label: str = "") -> PendingEval:
+    from harness.paths import runs_dir
+
+    started = time.perf_counter()
+    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir())
+    _, request_path = prepare_public(job, bench)
     namespace = code_namespace(job.code_root)
     at = _Attempt(gateway, gateway.usage() if gateway is not None else None, code_changed, list(edited_paths),
-                  raise_errors, sandbox is not None)
-    res: SandboxResult | None = None
-    if sandbox is None:
-        try:
-            from memsys.predict import predict
+                  raise_errors, True)
+    spec = sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace)
+    task = UntrustedTask(sandbox, spec, job.work_dir.resolve() / "out" / ANSWERS_FILE, label or run_id)
+    return PendingEval(job, bench, run_id, run_dir, task, at, time.perf_counter() - started, parent_metrics, shared,
+                       namespace)
 
-            predict(req, llm=llm)
-        except MemsysError as exc:
-            if raise_errors:
-                raise
-            return EvalOutcome(False, None, at.from_exception(exc, edits=True), None, "missing")
-    else:
-        res = sandbox.run(sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace))
-        if not res.ok:
-            failure = classify_result(res, result_status="missing", metrics=None, parent_metrics=parent_metrics,
-                                      code_changed=code_changed, edited_paths=at.edited_paths)
-            failure = failure or _failure(FailureClass.UNKNOWN, res.summary(), code_changed=code_changed)
-            failure = _check_endpoint_claim(failure, gateway, at.before, code_changed)
-            return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(gateway, at.before))
-    cache = shared.merge(job.work_dir.resolve() / "cache", namespace) if shared is not None else None
-    return _score(job, bench, run_id, run_dir, res, at, started, parent_metrics, cache)
+
+def end_sandboxed(p: PendingEval, ran: UntrustedResult | ExecutorError) -> EvalOutcome:
+    """The trusted half of a sandboxed evaluation: the worker's answers become this side's file, then
+    the usual classification and scoring. An executor that lost every try is an infrastructure failure."""
+    job, at = p.job, p.at
+    if isinstance(ran, ExecutorError):
+        return EvalOutcome(False, None, at.from_exception(ran, edits=False), None, "missing",
+                           usage=_usage_delta(at.gateway, at.before))
+    started = time.perf_counter() - p.prepare_s - ran.wall_s
+    placement = {"executor_node": ran.node, "host": ran.host, "pid": ran.pid, "untrusted_s": round(ran.wall_s, 3)}
+    if ran.answers is not None and _read_bytes(p.task.answers_path) != ran.answers:
+        atomic_write_bytes(p.task.answers_path, ran.answers)  # a node without this filesystem sent them back
+    res = ran.sandbox
+    if not res.ok:
+        failure = classify_result(res, result_status="missing", metrics=None, parent_metrics=p.parent_metrics,
+                                  code_changed=at.code_changed, edited_paths=at.edited_paths)
+        failure = failure or _failure(FailureClass.UNKNOWN, res.summary(), code_changed=at.code_changed)
+        failure = _check_endpoint_claim(failure, at.gateway, at.before, at.code_changed)
+        return EvalOutcome(False, None, failure, res, "missing", usage=_usage_delta(at.gateway, at.before),
+                           placement=placement)
+    cache = None
+    if p.shared is not None:
+        with _MERGE_LOCK:  # candidates of one round finish at once and may share a code namespace
+            cache = p.shared.merge(job.work_dir.resolve() / "cache", p.namespace)
+    out = _score(job, p.bench, p.run_id, p.run_dir, res, at, started, p.parent_metrics, cache)
+    out.placement = placement
+    return out
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _score(job: EvalJob, bench: Any, run_id: str, run_dir: Path, res: SandboxResult | None, at: _Attempt,

@@ -110,10 +110,10 @@ def effective_key(code_tree: str, cfg_key: str) -> str:
 class Experiment:
     """The stages of one experiment against ``loop`` (its state, workspace, evaluations, journal)."""
 
-    def __init__(self, loop: "ResearchLoop", proposer: Proposer):
+    def __init__(self, loop: "ResearchLoop", proposer: Proposer, offset: int = 0):
         self.loop, self.proposer = loop, proposer
         st = loop.state
-        index = st.next_index
+        index = st.next_index + offset  # offset: the candidate's place in a round (research.parallel)
         self.rec = ExperimentRecord(loop.run_id, index, f"exp-{index:03d}", proposer.name, st.start_commit,
                                     started=loop.now(), objective=loop.setup.eval.objective,
                                     best_before=st.best_value)
@@ -204,6 +204,10 @@ class Experiment:
     def _repeat(self, key: str, stage: str) -> Stop | None:
         self.rec.effective_key = key
         dup = self.loop.evaluated_with_key(key)
+        sibling = self.loop.round_keys.get(key)  # another candidate of this round (research.parallel > 1)
+        if dup is None and sibling is not None and sibling != self.rec.experiment_id:
+            msg = f"repeats {sibling}, a candidate of this round: the same effective config and code"
+            return Stop("rejected", _failure(FailureClass.IDENTICAL_CONDITIONS, msg, code_changed=True), stage)
         if dup is None:
             return None
         msg = f"repeats {dup.experiment_id}: the same effective config and code were evaluated ({dup.decision})"
@@ -294,6 +298,13 @@ class Experiment:
 
     # ------------------------------------------------------------------ decide, check, record
     def decide(self, prop: Proposal, m: Measured) -> None:
+        d = self.judge(m)
+        if d.kind == "proceed":
+            d = self.loop.check(self, d)
+        self.conclude(prop, d)
+
+    def judge(self, m: Measured) -> D.Decision:
+        """The measured value against the best: the paired test and the decision rule (no check yet)."""
         from research.stats import paired_test, per_question
 
         loop, rec, lc = self.loop, self.rec, self.loop.setup.research.loop
@@ -311,10 +322,12 @@ class Experiment:
         except (ConfigError, ValueError) as exc:
             rec.test = {"error": str(exc)}
         ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
-        d = D.decide(ds, rec.objective_value, test, min_rel_improvement=lc.min_rel_improvement, alpha=lc.alpha,
-                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
-        if d.kind == "proceed":
-            d = loop.check(self, d)
+        return D.decide(ds, rec.objective_value, test, min_rel_improvement=lc.min_rel_improvement, alpha=lc.alpha,
+                        max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
+
+    def conclude(self, prop: Proposal, d: D.Decision) -> None:
+        """Record the decision (the journal, then the state that folds it)."""
+        rec, loop = self.rec, self.loop
         self._durations()
         rec.decision, rec.delta, rec.delta_rel, rec.degraded = d.kind, d.delta, d.delta_rel, d.degraded
         rec.notes = f"{rec.notes}; {d.reason}" if rec.notes else d.reason

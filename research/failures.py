@@ -138,6 +138,7 @@ KIND_TO_CLASS: dict[str, FailureClass] = {
     "workspace": FailureClass.INFRASTRUCTURE,
     "run_state": FailureClass.INFRASTRUCTURE,
     "evaluation": FailureClass.INFRASTRUCTURE,
+    "executor": FailureClass.INFRASTRUCTURE,
     "weak_sandbox": FailureClass.INFRASTRUCTURE,
     "preset": FailureClass.FORBIDDEN_EDIT,
 }

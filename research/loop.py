@@ -71,10 +71,12 @@ class ResearchLoop:
         self._proposers: dict[str, Proposer] = {}
         self.study = None
         self.gateway = None
+        self.executor = None  # where evaluations run (research.executor); None: here, as research.executor=local
         self.budget = None
         self.shared_cache = SharedCache(cache_dir())
         self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
         self._configs: dict[str, Any] = {}
+        self.round_keys: dict[str, str] = {}  # effective key -> candidate of the round in progress (research.parallel)
 
     now = staticmethod(_now)
 
@@ -150,6 +152,7 @@ class ResearchLoop:
             if st.local_switched and self.setup.eval.llm.backend != "local":
                 self._use_local_config()  # the 403 heal of the killed run holds after resume
             self._open_llm(stack)
+            self._open_executor(stack)
             self._mlflow_parent()
             proposers = self._make_proposers()
             try:
@@ -177,7 +180,13 @@ class ResearchLoop:
                 self._baseline()
             else:
                 self.workers_override = None  # a rate-limit backoff lasts one experiment
-                Experiment(self, self._proposer_for(proposers, st.next_index)).run()
+                k = self._round_size()
+                if k > 1:
+                    from research.round import Round
+
+                    Round(self, self._proposer_for(proposers, st.next_index), k).run()
+                else:
+                    Experiment(self, self._proposer_for(proposers, st.next_index)).run()
             st.elapsed_s = time.monotonic() - started
             st.save(self.run_dir)
 
@@ -195,6 +204,11 @@ class ResearchLoop:
         record = confirm(self)
         atomic_write_json(self.paths.confirmation, record)
         self.on_event("confirmed", {"record": record, "line": describe(record)})
+
+    def _round_size(self) -> int:
+        """Candidates this round: research.parallel, never past the experiment budget."""
+        st, b = self.state, self.setup.research.budget
+        return max(1, min(self.setup.research.parallel, b.experiments - st.evaluated))
 
     def _stop_reason(self) -> str | None:
         st, b, lc = self.state, self.setup.research.budget, self.setup.research.loop
@@ -369,6 +383,13 @@ class ResearchLoop:
             changes |= {"reader": reader, "objective": "auto"}  # the screen: reader-free context recall
         return EvalSetup(dataclasses.replace(ev.eval, **changes), ev.benchmark, ev.memory, ev.llm, ev.raw)
 
+    def _open_executor(self, stack: ExitStack) -> None:
+        from research.executor import make_executor
+
+        self.executor = make_executor(self.setup.research.execution)
+        stack.callback(self.executor.close)
+        self.on_event("executor", {"executor": self.executor.name, "detail": self.executor.describe()})
+
     def _sandbox_obj(self) -> Any:
         if self._sandbox is None:
             from sandbox import make_sandbox
@@ -399,9 +420,13 @@ class ResearchLoop:
             self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})
 
         out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
-                       parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress)
+                       parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress,
+                       executor=self.executor)
         if isinstance(rec, ExperimentRecord):
             self._note_eval(rec, out)
+        if out.placement and out.placement.get("executor_node") != "local":
+            self.on_event("placed", {"experiment": exp_id, "stage": stage, "node": out.placement["executor_node"],
+                                     "host": out.placement["host"], "untrusted_s": out.placement["untrusted_s"]})
         return out
 
     _run_eval = run_eval  # the name confirm and replay used
@@ -409,6 +434,8 @@ class ResearchLoop:
     def _note_eval(self, rec: ExperimentRecord, out: EvalOutcome) -> None:
         """Reader usage (the gateway's count) and the cache merge, onto the experiment's record."""
         rec.sandbox = dict(self.state.sandbox)
+        if out.placement and out.placement.get("executor_node") != "local":  # which node ran it (executor=ray)
+            rec.sandbox |= {"node": out.placement["executor_node"], "host": out.placement["host"]}
         if out.usage is not None:
             u = dict(rec.reader)
             for k, v in dataclasses.asdict(out.usage).items():
@@ -419,7 +446,10 @@ class ResearchLoop:
 
     @staticmethod
     def eval_dir(out: EvalOutcome) -> Path | None:
-        return Path(out.eval_result.run_dir) if out.eval_result is not None else None
+        if out.eval_result is not None:
+            return Path(out.eval_result.run_dir)
+        run_dir = (out.result or {}).get("run_dir")  # a measurement read back from a round file on resume
+        return Path(run_dir) if run_dir else None
 
     @staticmethod
     def rows(eval_dir: str | Path | None) -> list[dict[str, Any]]:

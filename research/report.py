@@ -18,8 +18,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from string import Template
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import pandas as pd
+
+from research.frames import compare_frame, node_frame, taxonomy_frame
 from research.report_figures import (
     DECISION_STYLE,
     plot_categories,
@@ -41,7 +44,6 @@ from research.taxonomy import (
     rejection_table,
     run_summary,
     start_value,
-    taxonomy_table,
 )
 from research.trajectory import TRAJECTORY_FILE, ExperimentRecord, TrajectoryError, read_trajectory
 
@@ -350,16 +352,65 @@ def warnings_html(warnings: Sequence[str]) -> str:
     return f'<div class="warn"><b>Warnings</b> ({len(warnings)})<ul>{items}</ul></div>'
 
 
+def frame_html(df: pd.DataFrame, formats: dict[str, Callable[[Any], str]] | None = None, *,
+               total: dict[str, Any] | None = None, numeric: Sequence[int] | None = None, cls: str = "") -> str:
+    """The report's one DataFrame renderer: each cell through its column's formatter (escaped text when a
+    column has none), the optional total row through the same formatters; numeric columns right-aligned."""
+    formats = formats or {}
+    cols = [str(c) for c in df.columns]
+    cell = lambda col, v: formats[col](v) if col in formats else _e("—" if v is None else v)  # noqa: E731
+    rows = [[cell(c, v) for c, v in zip(cols, row)] for row in df.itertuples(index=False)]
+    if numeric is None:
+        numeric = [i for i, c in enumerate(df.columns) if pd.api.types.is_numeric_dtype(df[c])]
+    footer = None if total is None else [cell(c, total.get(c)) for c in cols]
+    return table(cols, rows, numeric=numeric, total=footer, cls=cls)
+
+
+_TAXONOMY_FORMATS: dict[str, Callable[[Any], str]] = {
+    "discovery type": _type_label, "experiments": str, "accepted": str, "cumulative Δ": fmt_delta,
+    "cumulative Δ (% of start)": fmt_pct, "mean Δ": fmt_delta}
+
+
 def taxonomy_html(records: Sequence[ExperimentRecord]) -> str:
-    rows = taxonomy_table(records)
-    body = [[_type_label(r.discovery_type), str(r.count), str(r.accepted), fmt_delta(r.cumulative_delta if r.accepted else None),
-             fmt_pct(r.cumulative_delta_rel if r.accepted else None), fmt_delta(r.mean_delta)] for r in rows]
-    n, acc = sum(r.count for r in rows), sum(r.accepted for r in rows)
-    cum, start = sum(r.cumulative_delta for r in rows), start_value(records)
-    total = ["all", str(n), str(acc), fmt_delta(cum if acc else None),
-             fmt_pct(cum / abs(start) if acc and start else None), fmt_delta(cum / acc if acc else None)]
-    return table(["discovery type", "experiments", "accepted", "cumulative Δ", "cumulative Δ (% of start)", "mean Δ"],
-                 body, numeric=(1, 2, 3, 4, 5), total=total, cls="taxonomy")
+    tax = taxonomy_frame(records)
+    accepted = tax["accepted"] > 0
+    shown = pd.DataFrame({
+        "discovery type": tax["discovery_type"], "experiments": tax["count"], "accepted": tax["accepted"],
+        "cumulative Δ": tax["cumulative_delta"].where(accepted),
+        "cumulative Δ (% of start)": tax["cumulative_delta_rel"].where(accepted), "mean Δ": tax["mean_delta"]})
+    n, acc, cum, start = int(tax["count"].sum()), int(tax["accepted"].sum()), tax["cumulative_delta"].sum(), start_value(records)
+    total = {"discovery type": "all", "experiments": n, "accepted": acc, "cumulative Δ": cum if acc else None,
+             "cumulative Δ (% of start)": cum / abs(start) if acc and start else None,
+             "mean Δ": cum / acc if acc else None}
+    return frame_html(shown, _TAXONOMY_FORMATS, total=total, cls="taxonomy")
+
+
+#: how compare_frame's rows are shown
+_SUMMARY_FORMATS: dict[str, Callable[[Any], str]] = {
+    "objective": _e, "experiments": str, "proceeds": str, "rejected before evaluation": str, "start": fmt,
+    "best": fmt, "improvement": fmt_delta, "improvement (rel)": fmt_pct, "total time": fmt_duration,
+    "cost": lambda v: f"${v:.2f}", "tokens": lambda v: f"{v:,}"}
+
+
+def compare_html(runs: Sequence[RunData]) -> str:
+    """The runs' headline numbers side by side (research.frames.compare_frame), one row per number."""
+    frame = compare_frame([(r.run_id, r.records) for r in runs])
+    shown = frame.apply(lambda row: row.map(_SUMMARY_FORMATS[row.name]), axis=1)
+    shown.insert(0, "", [_e(k) for k in shown.index])
+    as_html = dict.fromkeys(map(str, shown.columns), str)
+    return frame_html(shown, as_html, numeric=range(1, len(shown.columns)), cls="summary")
+
+
+def nodes_html(records: Sequence[ExperimentRecord]) -> str:
+    """Per-node timings when evaluations ran on a Ray cluster (research.executor=ray); empty otherwise."""
+    nodes = node_frame(records)
+    if nodes.empty:
+        return ""
+    shown = nodes.assign(node=nodes["node"].str[:12])
+    formats = {"node": lambda v: f"<code>{_e(v)}</code>", "experiments": str, "eval_s": fmt_duration,
+               "mean_eval_s": fmt_duration, "total_s": fmt_duration}
+    return ("<h3>Where evaluations ran</h3><p class=muted>Ray node of each experiment's evaluation "
+            "(research.executor=ray): how many, and the seconds they took.</p>" + frame_html(shown, formats, cls="nodes"))
 
 
 def failures_html(records: Sequence[ExperimentRecord]) -> str:
@@ -504,7 +555,7 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
               "<h2>Experiments</h2><p class=muted>Type: the discovery type classified from what the change touched; "
               "the researcher's own label under it when the two differ. Δ: against the best so far, with the paired "
               "test's confidence interval when one was run.</p>", experiments_html(recs),
-              "<h2>Time and cost</h2>", cost, cost_time_html(recs),
+              "<h2>Time and cost</h2>", cost, cost_time_html(recs), nodes_html(recs),
               "<h2>Accepted experiments</h2>", accepted_html(recs)]
     return "".join(parts)
 
@@ -514,16 +565,7 @@ def compare_body(a: RunData, b: RunData, out_dir: Path) -> str:
     warnings = [f"{a.run_id}: {w}" for w in a.warnings] + [f"{b.run_id}: {w}" for w in b.warnings]
     if sa.objective and sb.objective and sa.objective != sb.objective:
         warnings.append(f"the runs optimise different objectives: {sa.objective} vs {sb.objective}")
-    rows = [("objective", _e(sa.objective or "?"), _e(sb.objective or "?")),
-            ("experiments", str(sa.experiments), str(sb.experiments)),
-            ("proceeds", str(sa.decisions.get("proceed", 0)), str(sb.decisions.get("proceed", 0))),
-            ("rejected before evaluation", str(sum(sa.rejections.values())), str(sum(sb.rejections.values()))),
-            ("start", fmt(sa.start), fmt(sb.start)), ("best", fmt(sa.best), fmt(sb.best)),
-            ("improvement", fmt_delta(sa.improvement), fmt_delta(sb.improvement)),
-            ("improvement (rel)", fmt_pct(sa.improvement_rel), fmt_pct(sb.improvement_rel)),
-            ("total time", fmt_duration(sa.total_s), fmt_duration(sb.total_s)),
-            ("cost", f"${sa.cost_usd:.2f}", f"${sb.cost_usd:.2f}"), ("tokens", f"{sa.tokens:,}", f"{sb.tokens:,}")]
-    summary = table(["", a.run_id, b.run_id], [[_e(k), x, y] for k, x, y in rows], numeric=(1, 2), cls="summary")
+    summary = compare_html([a, b])
     fig = img(plot_compare([(a.run_id, a.records), (b.run_id, b.records)], out_dir / "compare.png"), "best so far, both runs",
               "Best-so-far objective of both runs against the experiment index; faint dots are single experiments.")
     side = "".join(f"<div><h3>{_e(r.run_id)}</h3>"
@@ -552,8 +594,10 @@ def _log_to_mlflow(run: RunData, files: Sequence[Path], artifact_path: str) -> N
         log.warning("report not logged to MLflow run %s: %s", parent, " ".join(str(exc).split())[:300])
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None, compare_dir: Path | None = None) -> Path:
-    """Write report.html and its PNGs; returns the path of report.html.
+def write_report(run_dir: Path, out_dir: Path | None = None, compare_dir: Path | None = None,
+                 csv: bool = False) -> Path:
+    """Write report.html and its PNGs (and with ``csv`` the tables behind them, research.frames.write_csv);
+    returns the path of report.html.
 
     Default out_dir: run_dir/report/, or run_dir/report-vs-<other run>/ in compare mode.
     """
@@ -569,16 +613,31 @@ def write_report(run_dir: Path, out_dir: Path | None = None, compare_dir: Path |
         page = _page(f"memsys report: {run.run_id} vs {other.run_id}", compare_body(run, other, out_dir))
     out = out_dir / REPORT_FILE
     out.write_text(page, encoding="utf-8")
+    if csv:
+        _write_csv(run, other, out_dir)
     _log_to_mlflow(run, [out, *sorted(out_dir.glob("*.png"))], out_dir.name)
     return out
+
+
+def _write_csv(run: RunData, other: RunData | None, out_dir: Path) -> list[Path]:
+    from harness.atomic import atomic_write_text
+    from research.frames import COMPARE_CSV, write_csv
+
+    if other is None:
+        return write_csv(run.records, out_dir)
+    a, b = _slug(run.run_dir.name), _slug(other.run_dir.name)  # folder names: two runs may share a run id
+    paths = [*write_csv(run.records, out_dir / a), *write_csv(other.records, out_dir / (b if b != a else f"{b}-b"))]
+    frame = compare_frame([(run.run_id, run.records), (other.run_id, other.records)])
+    atomic_write_text(out_dir / COMPARE_CSV, frame.rename_axis("value").to_csv())
+    return [*paths, out_dir / COMPARE_CSV]
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:80]
 
 
-def main_report(run_ids: list[str], runs_root: Path) -> Path:
-    """``memsys report <run-id> [<run-id-b>]``: resolve ids under runs_root (or as folders) and write the report."""
+def main_report(run_ids: list[str], runs_root: Path, csv: bool = False) -> Path:
+    """``memsys report <run-id> [<run-id-b>] [--csv]``: resolve ids under runs_root (or as folders) and write the report."""
     if not 1 <= len(run_ids) <= 2:
         raise TrajectoryError(f"report takes one run id, or two to compare; got {len(run_ids)}")
     runs_root = Path(runs_root)
@@ -592,4 +651,4 @@ def main_report(run_ids: list[str], runs_root: Path) -> Path:
             shown = ", ".join(known[-12:]) + (f" (and {len(known) - 12} more)" if len(known) > 12 else "")
             raise TrajectoryError(f"no run {rid!r} in {runs_root}/; known: {shown or 'none'}")
         dirs.append(found)
-    return write_report(dirs[0], compare_dir=dirs[1] if len(dirs) == 2 else None)
+    return write_report(dirs[0], compare_dir=dirs[1] if len(dirs) == 2 else None, csv=csv)

@@ -33,6 +33,7 @@ DECISION_STYLE = {
     "pivot": ("v", "#d62728"),
     "failed": ("x", "#888888"),
     "rejected": ("x", "#888888"),
+    "not_taken": ("d", "#9467bd"),
 }
 BEST_COLOUR = "#1f77b4"
 #: a proposal rejected before evaluation (repeat, no effect): a hollow ring on the floor, apart from failures

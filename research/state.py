@@ -82,9 +82,11 @@ class LoopState:
         if any(h.get("action") == "switch_local_llm" and str(h.get("result", "")).startswith("switched")
                for h in rec.healing):
             self.local_switched = True
-        if rec.index > 0 and rec.decision in ("proceed", "iterate", "pivot"):
+        if rec.index > 0 and rec.decision in ("proceed", "iterate", "pivot", "not_taken"):
             self.evaluated += 1
-        if rec.notes:
+        if rec.decision == "not_taken":  # a round's other candidate: measured and spent, the round decided elsewhere
+            return
+        if rec.notes and rec.decision != "not_taken":
             self.last_rule = rec.notes.split("; ")[-1]
         handler = {"baseline": self._best, "proceed": self._best, "pivot": self._pivot, "iterate": self._iterate}
         if rec.decision in handler:

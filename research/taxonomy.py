@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from research.failures import FailureClass
-from research.trajectory import DISCOVERY_TYPES, ExperimentRecord
+from research.trajectory import ExperimentRecord
 
 ACCEPTED_DECISIONS = ("baseline", "proceed")
 FAILED_DECISIONS = ("failed", "rejected")
@@ -93,6 +93,11 @@ def objective_name(records: Sequence[ExperimentRecord]) -> str:
     return next((r.objective for r in records if r.objective), "")
 
 
+def is_category_key(key: str, objective: str = "") -> bool:
+    """A per-category metric: "<objective>/<cat>", LoCoMo's f1_cat<n>, Mem-Gallery's f1_<CAT>."""
+    return bool(objective and key.startswith(objective + "/")) or any(p.match(key) for p in _CATEGORY_KEY_RES)
+
+
 def category_keys(records: Sequence[ExperimentRecord]) -> list[str]:
     """Numeric per-category metric keys found in any record, in natural order."""
     objective = objective_name(records)
@@ -101,7 +106,7 @@ def category_keys(records: Sequence[ExperimentRecord]) -> list[str]:
         for key, value in (rec.metrics or {}).items():
             if number(value) is None:
                 continue
-            if (objective and key.startswith(objective + "/")) or any(p.match(key) for p in _CATEGORY_KEY_RES):
+            if is_category_key(key, objective):
                 keys.add(key)
     return sorted(keys, key=lambda k: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", k)])
 
@@ -132,30 +137,13 @@ class TaxonomyRow:
 
 
 def taxonomy_table(records: Sequence[ExperimentRecord]) -> list[TaxonomyRow]:
-    """One row per discovery type (all six, in DISCOVERY_TYPES order), then unknown types and untagged."""
-    rows = {t: TaxonomyRow(t) for t in DISCOVERY_TYPES}
-    known_deltas: dict[str, int] = Counter()
-    for rec in records:
-        if rec.decision == "baseline":
-            continue
-        key = rec.discovery_type or UNTAGGED
-        row = rows.setdefault(key, TaxonomyRow(key))
-        row.count += 1
-        row.experiments.append(rec.experiment_id)
-        if rec.decision == "proceed":
-            row.accepted += 1
-            d = delta_of(rec)
-            if d is not None:
-                row.cumulative_delta += d
-                known_deltas[key] += 1
-    start = start_value(records)
-    for key, row in rows.items():
-        if known_deltas[key]:
-            row.mean_delta = row.cumulative_delta / known_deltas[key]
-        if start:
-            row.cumulative_delta_rel = row.cumulative_delta / abs(start)
-    order = list(DISCOVERY_TYPES) + sorted(k for k in rows if k not in DISCOVERY_TYPES and k != UNTAGGED)
-    return [rows[k] for k in order] + ([rows[UNTAGGED]] if UNTAGGED in rows else [])
+    """One row per discovery type (all six, in DISCOVERY_TYPES order), then unknown types and untagged:
+    research.frames.taxonomy_frame (a groupby) as typed rows."""
+    from research.frames import taxonomy_frame  # frames builds on this module's helpers
+
+    frame = taxonomy_frame(records).astype(object)
+    rows = frame.where(frame.notna(), None).to_dict("records")
+    return [TaxonomyRow(**row) for row in rows]
 
 
 # --- failures and healing ------------------------------------------------------

@@ -69,7 +69,8 @@ class EventPrinter:
         self._status: Any = None  # rich Status of the live progress line (terminal only)
         self._handlers = {"sandbox": self._sandbox, "propose": self._propose, "stage": self._stage,
                           "progress": self._progress, "experiment": self._experiment, "heal": self._heal,
-                          "confirm": self._confirm, "confirmed": self._confirmed}
+                          "confirm": self._confirm, "confirmed": self._confirmed, "executor": self._executor,
+                          "placed": self._placed}
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         handler = self._handlers.get(kind)
@@ -93,6 +94,16 @@ class EventPrinter:
         if d.get("weak"):
             line.append(" (weak: allowed by research.sandbox.allow_weak)", style="red")
         self._print(line)
+
+    def _executor(self, d: dict[str, Any]) -> None:
+        self._print(Text(f"executor {d.get('executor', '?')}: {d.get('detail') or 'evaluations run here'}", style="dim"))
+
+    def _placed(self, d: dict[str, Any]) -> None:
+        """Which node ran an evaluation's untrusted half (research.executor=ray)."""
+        seconds = d.get("untrusted_s")
+        took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+        self._print(Text(f"{d.get('experiment', '?')} {d.get('stage', '?')}: ran on node {str(d.get('node', '?'))[:12]} "
+                         f"({d.get('host', '?')}){took}", style="dim"))
 
     def _propose(self, d: dict[str, Any]) -> None:
         self._print(Text(f"{d.get('experiment', '?')}: asking the {d.get('proposer', '?')} proposer "

@@ -26,7 +26,9 @@ DISCOVERY_TYPES = (
     "evaluation_format_alignment",
     "hyperparameter_tuning",
 )
-DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected")  # rejected: refused or no effect, never evaluated
+# rejected: refused or no effect, never evaluated; not_taken: evaluated in a round of research.parallel=K
+# candidates beside a better one that took the round's decision
+DECISIONS = ("baseline", "proceed", "iterate", "pivot", "failed", "rejected", "not_taken")
 
 
 class TrajectoryError(MemsysError):
@@ -149,3 +151,10 @@ def repair_trajectory(run_dir: Path) -> list[str]:
 
 def iter_accepted(records: list[ExperimentRecord]) -> Iterator[ExperimentRecord]:
     return (r for r in records if r.decision in ("baseline", "proceed"))
+
+
+def load_frame(run: str | Path) -> Any:
+    """A run's experiments as a pandas DataFrame (research.frames.load_frame): a run folder or a run id."""
+    from research.frames import load_frame as frame_of_run
+
+    return frame_of_run(run)

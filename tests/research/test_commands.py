@@ -232,3 +232,15 @@ def test_trajectory_lines_of_no_records():
     console, _ = render()
     lines = [line.plain for line in trajectory_lines(console, [], "empty run")]
     assert lines[0] == "empty run" and lines[1].split() == ["exp", "proposer", "decision", "value", "delta", "type"]
+
+
+def test_executor_and_node_lines():
+    console, buf = render()
+    printer = EventPrinter(console)
+    printer("executor", {"executor": "ray", "detail": "3 node(s), 2 CPUs, connected"})
+    printer("placed", {"experiment": "exp-002", "stage": "screen", "node": "8c5d99567391abcdef", "host": "box",
+                       "untrusted_s": 26.44})
+    printer("placed", {"experiment": "exp-003"})  # fields missing: still one line, never an error
+    assert buf.getvalue().splitlines() == ["executor ray: 3 node(s), 2 CPUs, connected",
+                                           "exp-002 screen: ran on node 8c5d99567391 (box) in 26.4 s",
+                                           "exp-003 ?: ran on node ? (?)"]

@@ -1,0 +1,157 @@
+"""K candidates per round (``research.parallel=K``): propose K, evaluate them at once, take the best.
+
+A round asks the proposer K times (each candidate its own step seed, so TPE and the sampled LLM
+give different proposals; a candidate repeating another of the round goes back like any repeat),
+applies each on its own worktree and branch, then measures them concurrently: each candidate's
+screen/evaluate/heal cascade (research.measure) runs in a thread of this process and sends its
+sandboxed half to the executor (research.executor), so with ``executor=ray`` the K evaluations run
+on K workers. Deciding stays here: every measured candidate gets the paired test against the same
+best; the best-valued one whose decision is ``proceed`` and that holds on the check slice is taken.
+If none is, the best-valued candidate keeps its own decision (iterate, pivot). Every other measured
+candidate is recorded as ``not_taken`` with its numbers (it spends budget, it moves nothing), and
+failed or rejected ones as such. Records are appended in index order, so the state is the same fold
+of the journal live and on resume.
+
+Resume mid-round: each finished measurement is saved at once in round.json (the candidate's
+effective key, the trusted result and the screen). A resumed run asks the same questions of the
+same history (same step seeds; the LLM's replies are cached), and a candidate whose effective key
+has a saved measurement is not evaluated again.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.atomic import atomic_write_json
+from research import decide as D
+from research.evaluate import EvalOutcome, read_result
+from research.experiment import Experiment, Measured, Screen, Stop
+
+if TYPE_CHECKING:
+    from research.loop import ResearchLoop
+    from research.proposers.base import Proposal, Proposer
+
+ROUND_FILE = "round.json"
+
+
+@dataclass
+class Candidate:
+    exp: Experiment
+    prop: "Proposal | None" = None
+    stop: Stop | None = None
+    measured: Measured | None = None
+    decision: D.Decision | None = None
+
+    @property
+    def value(self) -> float:
+        return self.exp.rec.objective_value if self.exp.rec.objective_value is not None else float("-inf")
+
+
+class Round:
+    def __init__(self, loop: "ResearchLoop", proposer: "Proposer", k: int):
+        self.loop, self.k = loop, k
+        self.cands = [Candidate(Experiment(loop, proposer, offset=i)) for i in range(k)]
+        self.path = loop.run_dir / ROUND_FILE
+        self.saved = _load(self.path)
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        loop = self.loop
+        ctx = loop.context()
+        try:
+            for i, c in enumerate(self.cands):
+                self._propose_and_apply(c, replace(ctx, seed=ctx.seed + i))
+            ready = [c for c in self.cands if c.stop is None]
+            if ready:
+                with ThreadPoolExecutor(max_workers=len(ready), thread_name_prefix="candidate") as pool:
+                    for c, result in zip(ready, pool.map(self._measure, ready)):
+                        c.stop, c.measured = (result, None) if isinstance(result, Stop) else (None, result)
+            self._decide()
+            for c in self.cands:  # index order: the journal and the state fold agree live and on resume
+                if c.decision is not None:
+                    c.exp.conclude(c.prop, c.decision)
+                else:
+                    c.exp.stop(c.stop, c.prop)
+        finally:
+            loop.round_keys.clear()
+            for c in self.cands:
+                if c.exp.wt is not None:
+                    loop.ws.remove(c.exp.wt.path)
+        self.path.unlink(missing_ok=True)
+
+    def _propose_and_apply(self, c: Candidate, ctx: Any) -> None:
+        exp, loop = c.exp, self.loop
+        exp.ctx = ctx
+        prop = exp.propose()
+        if isinstance(prop, Stop):
+            c.stop = prop
+            return
+        exp.wt = loop.ws.create(exp.rec.experiment_id, exp.rec.parent_commit)
+        exp.rec.branch, exp.prop = exp.wt.branch, prop
+        result = exp.apply(prop)
+        c.prop = exp.prop  # a resend may have replaced it
+        if isinstance(result, Stop):
+            c.stop = result
+        elif exp.rec.effective_key:
+            loop.round_keys.setdefault(exp.rec.effective_key, exp.rec.experiment_id)
+
+    def _measure(self, c: Candidate) -> Measured | Stop:
+        rec = c.exp.rec
+        again = self._saved_measurement(c)
+        if again is not None:
+            self.loop.stage(rec, "evaluate", "measured before the run was stopped: not evaluated again")
+            return again
+        result = c.exp.measure(c.prop)
+        if isinstance(result, Measured) and rec.effective_key:
+            with self._lock:
+                self.saved[rec.experiment_id] = {"effective_key": rec.effective_key, "result": result.outcome.result,
+                                                 "screen": rec.screen, "durations": rec.durations,
+                                                 "reader": rec.reader, "sandbox": rec.sandbox}
+                atomic_write_json(self.path, {"start_index": self.cands[0].exp.rec.index, "candidates": self.saved})
+        return result
+
+    def _saved_measurement(self, c: Candidate) -> Measured | None:
+        rec = c.exp.rec
+        entry = self.saved.get(rec.experiment_id)
+        if not entry or not rec.effective_key or entry.get("effective_key") != rec.effective_key:
+            return None
+        status, result = read_result(Path(entry["result"]["run_dir"]) / "result.json")
+        if status != "ok" or result is None:
+            return None
+        s = entry.get("screen") or {}
+        rec.screen, rec.reader, rec.sandbox = s, entry.get("reader") or {}, entry.get("sandbox") or {}
+        rec.durations |= entry.get("durations") or {}
+        screen = Screen(int(s.get("questions", 0)), int(s.get("changed", 0)), bool(s.get("comparable", False)))
+        return Measured(EvalOutcome(True, result, None, None, "ok"), screen, self.loop.rows(result["run_dir"]))
+
+    def _decide(self) -> None:
+        """Every measured candidate against the same best; one takes the round's decision."""
+        measured = [c for c in self.cands if c.measured is not None]
+        for c in measured:
+            c.decision = c.exp.judge(c.measured)
+        taken = None
+        for c in sorted((c for c in measured if c.decision.kind == "proceed"), key=lambda c: -c.value):
+            c.decision = self.loop.check(c.exp, c.decision)
+            if c.decision.kind == "proceed":
+                taken = c
+                break
+        if taken is None and measured:
+            taken = max(measured, key=lambda c: c.value)
+        for c in measured:
+            if c is not taken:
+                why = f"not taken: {taken.exp.rec.experiment_id} of the same round was taken ({c.decision.reason})"
+                c.decision = replace(c.decision, kind="not_taken", degraded=False, reason=why)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data.get("candidates") or {} if isinstance(data, dict) else {}

@@ -1,0 +1,116 @@
+"""research.executor: the untrusted half on a real Ray (one node, and a head with two worker nodes on this
+machine), answers travelling back as bytes, and a dead node's evaluation re-run on the other node.
+
+Real pieces: Ray 2.60 (local instance / ray.cluster_utils.Cluster), the process sandbox running a
+small Python program that writes an answers file the way memsys.predict does.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from research.config import ExecutionConfig, RayConfig
+from research.errors import ExecutorError
+from research.executor import LocalExecutor, RayExecutor, make_executor
+from research.failures import KIND_TO_CLASS, FailureClass
+from research.worker import UntrustedTask
+from sandbox import SandboxSpec, make_sandbox
+
+ray = pytest.importorskip("ray")
+
+#: writes "<label>\n" as its answers, records where it started, then waits ``seconds``
+PROGRAM = ("import os, sys, time; out, seconds = sys.argv[1], float(sys.argv[2]); "
+           "open(os.path.join(out, 'started'), 'a').write(str(os.getppid()) + '\\n'); time.sleep(seconds); "
+           "open(os.path.join(out, 'answers.jsonl'), 'w').write(os.path.basename(out) + '\\n')")
+
+
+def task(tmp: Path, name: str, seconds: float = 0.0) -> UntrustedTask:
+    out = tmp / name
+    out.mkdir(parents=True, exist_ok=True)
+    spec = SandboxSpec(argv=[sys.executable, "-c", PROGRAM, str(out), str(seconds)], workdir=out, writable=[out],
+                       wall_timeout_s=120)
+    return UntrustedTask(make_sandbox("process"), spec, out / "answers.jsonl", name)
+
+
+def test_local_executor_runs_here_in_order(tmp_path):
+    ex = make_executor(ExecutionConfig())
+    assert isinstance(ex, LocalExecutor)
+    results = list(ex.run_all([task(tmp_path, "a"), task(tmp_path, "b")]))
+    assert [i for i, _ in results] == [0, 1]
+    assert [r.answers for _, r in results] == [b"a\n", b"b\n"] and {r.node for _, r in results} == {"local"}
+    assert all(r.sandbox.ok for _, r in results)
+
+
+def test_bad_executor_name_fails_at_compose_time():
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="research.executor must be local | ray"):
+        ExecutionConfig(executor="slurm")
+    assert KIND_TO_CLASS[ExecutorError.kind] is FailureClass.INFRASTRUCTURE
+
+
+@pytest.mark.slow
+def test_ray_local_instance_returns_the_answers(tmp_path):
+    ex = RayExecutor(RayConfig(num_cpus=2))
+    try:
+        results = dict(ex.run_all([task(tmp_path, "a", 1.0), task(tmp_path, "b", 1.0)]))
+        assert results[0].answers == b"a\n" and results[1].answers == b"b\n"
+        assert results[0].node != "local" and results[0].node == results[1].node  # one node
+        assert "1 node(s), 2 CPUs" in ex.describe()
+    finally:
+        ex.close()
+    assert not ray.is_initialized()
+
+
+@pytest.fixture
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the head runs no evaluation
+    nodes = [c.add_node(num_cpus=1) for _ in range(2)]
+    c.wait_for_nodes()
+    yield c, nodes
+    if ray.is_initialized():
+        ray.shutdown()
+    c.shutdown()
+
+
+@pytest.mark.slow
+def test_two_nodes_share_the_work_and_a_dead_node_is_retried_elsewhere(tmp_path, cluster):
+    c, nodes = cluster
+    ex = RayExecutor(RayConfig(address=c.address, max_retries=2))
+    assert "3 node(s), 2 CPUs" in ex.describe()
+    both = dict(ex.run_all([task(tmp_path, "a", 2.0), task(tmp_path, "b", 2.0)]))
+    assert {both[0].answers, both[1].answers} == {b"a\n", b"b\n"}
+    assert both[0].node != both[1].node  # one CPU per node: the two ran at once, on different nodes
+
+    # kill the node that runs the evaluation, mid-run: Ray runs it again on the node that is left
+    slow = task(tmp_path, "slow", 6.0)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(r=ex.run(slow)))
+    worker.start()
+    started = slow.answers_path.parent / "started"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    victim = next(n for n in nodes if _runs_task(n))
+    c.remove_node(victim, allow_graceful=False)
+    worker.join(timeout=120)
+    assert result["r"].answers == b"slow\n"
+    survivor = next(n for n in nodes if n is not victim)
+    assert result["r"].node == survivor.node_id
+    assert len(started.read_text().split()) == 2  # it started twice: once per node
+
+
+def _runs_task(node) -> bool:
+    """The node whose raylet has a worker process that is not idle (ours is the only task)."""
+    import psutil
+
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    return any(p.name().startswith("ray::run_untrusted") or "run_untrusted" in " ".join(p.cmdline())
+               for p in raylet.children(recursive=True))
