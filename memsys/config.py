@@ -112,8 +112,20 @@ class MediaConfig:
 
 
 @dataclass
+class IndexTextConfig:
+    """What each index sees of a memory (memsys/ingest/index_text.py); the reader keeps its own rendering.
+    ``dense`` is embedded at ingestion (a change rebuilds the store), ``sparse`` is what BM25 indexes."""
+
+    dense: str = lever("speaker_date", "What the embedding index sees: the turn text, or speaker (and date) first",
+                       choices=("text", "speaker", "speaker_date"))
+    sparse: str = lever("speaker", "What BM25 indexes: the turn text, or speaker (and date) first",
+                        choices=("text", "speaker", "speaker_date"))
+
+
+@dataclass
 class IngestConfig:
     text: TextNoveltyConfig = field(default_factory=TextNoveltyConfig)
+    index_text: IndexTextConfig = field(default_factory=IndexTextConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     resolve_relative_time: bool = True
     link_sessions: bool = True  # prev/next links between consecutive turns of a session
@@ -134,6 +146,10 @@ class RetrievalConfig:
     rrf_k: int = lever(60, "RRF constant: lower trusts the top ranks of each list more", low=1, high=200)
     linear_alpha: float = lever(0.5, "Weight of the dense score in linear fusion", low=0.0, high=1.0, step=0.1)
     include_archived: bool = False
+    speaker_first: bool = lever(False, "Candidates from the speaker the question names move ahead of the others")
+    expand_top: int = lever(0, "Best candidates whose neighbouring turns (same session) follow them; 0 = off",
+                            low=0, high=20)
+    expand_window: int = lever(1, "Turns before and after each expanded candidate", low=1, high=3)
 
 
 @dataclass
@@ -162,6 +178,8 @@ class GraphConfig:
     min_score: float = lever(0.2, "Graph score below which a reached entity is ignored", low=0.0, high=0.9, step=0.05)
     max_maus: int = lever(10, "Memories the graph may add to the candidates", low=0, high=40)  # MAUs added to R(q)
     max_facts: int = lever(20, "Graph fact lines shown to the reader", low=0, high=60)
+    placement: str = lever("append", "Where graph memories go: after the retrieved list, or fused into its ranking (RRF)",
+                           choices=("append", "rrf"))
     resolve_threshold: float = 0.85  # entity-resolution merge threshold
     resolve_cosine_weight: float = 0.5  # weight of name-embedding cosine vs Jaro-Winkler
     seed_fuzzy_threshold: float = 0.92  # Jaro-Winkler of a query n-gram to an alias to seed it

@@ -96,6 +96,11 @@ def _compressed(cfg: MemoryConfig) -> bool:
     return cfg.ingest.compression.enabled
 
 
+def _dense_text_acts(cfg: MemoryConfig) -> bool:
+    """The embedded text acts through dense search, or through the similarity that gates pyramid level 2."""
+    return cfg.retrieval.merge != "bm25_only" or pyramid_expands(cfg)
+
+
 def level3_active(cfg: MemoryConfig) -> bool:
     return pyramid_expands(cfg) and cfg.pyramid.level3 and (_compressed(cfg) or cfg.pyramid.level3_media)
 
@@ -128,7 +133,8 @@ def kept_candidates(cfg: MemoryConfig) -> int:
         n = min(r.sparse_k, r.top_k)
     else:
         n = min(r.top_k, r.dense_k + r.sparse_k)
-    return n + (cfg.graph.max_maus if cfg.graph.enabled else 0)
+    n += cfg.graph.max_maus if cfg.graph.enabled else 0
+    return n + min(r.expand_top, n) * 2 * r.expand_window  # each expanded candidate brings its neighbours
 
 
 def level1_bound(cfg: MemoryConfig) -> int:
@@ -160,7 +166,11 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     else:  # fusions cut the union, which has at most dense_k + sparse_k hits
         view["retrieval.top_k"] = min(r.top_k, r.dense_k + r.sparse_k)
     if r.merge == "dense_only":
-        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields")
+        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields", "ingest.index_text.sparse")
+    if not _dense_text_acts(cfg):
+        dead("ingest.index_text.dense")
+    if r.expand_top == 0:
+        dead("retrieval.expand_window")
     if r.merge != "rrf":
         dead("retrieval.rrf_k")
     if r.merge != "linear":
@@ -186,6 +196,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     else:
         if not facts_shown(cfg):
             dead("graph.max_facts", "answer.include_graph_facts")
+        if cfg.graph.max_maus == 0:
+            dead("graph.placement")
         view["graph.hops"] = graph_reach(cfg)
         if view["graph.hops"] == 0:
             dead("graph.beta")
@@ -239,6 +251,11 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     "answer.include_graph_facts": ("graph.enabled and graph.max_facts > 0",
                                    lambda c: c.graph.enabled and c.graph.max_facts > 0),
     "ingest.text.reject_above": ("ingest.text.enabled", lambda c: c.ingest.text.enabled),
+    "ingest.index_text.dense": ("merge != bm25_only, or the pyramid expands (similarity gates level 2)",
+                                _dense_text_acts),
+    "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
+    "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
+    "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
 }
 
 #: path -> the highest value that can still act, given the rest of the config (None: no cap)
