@@ -147,6 +147,8 @@ class RetrievalConfig:
     linear_alpha: float = lever(0.5, "Weight of the dense score in linear fusion", low=0.0, high=1.0, step=0.1)
     include_archived: bool = False
     speaker_first: bool = lever(False, "Candidates from the speaker the question names move ahead of the others")
+    time_lift: int = lever(0, "Places a memory with a resolved date moves up for a 'when' question; 0 = off",
+                           low=0, high=20)
     expand_top: int = lever(0, "Best candidates whose neighbouring turns (same session) follow them; 0 = off",
                             low=0, high=20)
     expand_window: int = lever(1, "Turns before and after each expanded candidate", low=1, high=3)
@@ -195,7 +197,14 @@ class AnswerConfig:
     constraints_position: str = lever("before", "Answer rules before or after the question", choices=("before", "after"))
     include_graph_facts: bool = lever(True, "Show the graph's fact lines after the memories")
     include_metadata: bool = lever(True, "Dates, times and speakers on each memory line")
+    group_by_session: bool = lever(False, "Memories grouped by session, oldest first, each under its date")
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
+    abstain: str = lever("off", "Answer 'Not mentioned' when retrieval (another speaker said it) or the reader "
+                         "(a 'supported' field) says memory does not hold the answer",
+                         choices=("off", "retrieval", "reader", "both"))
+    abstain_margin: float = lever(0.08, "Abstain when another speaker's turn matches the question's content by "
+                                  "this much more than the named speaker's (calibrated on dev)",
+                                  low=0.0, high=0.3, step=0.02)
 
 
 @dataclass

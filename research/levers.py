@@ -171,6 +171,11 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
         dead("ingest.index_text.dense")
     if r.expand_top == 0:
         dead("retrieval.expand_window")
+    a = cfg.answer
+    if a.abstain not in ("retrieval", "both"):
+        dead("answer.abstain_margin")
+    if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
+        view["answer.abstain"] = "off" if a.abstain == "reader" else "retrieval"
     if r.merge != "rrf":
         dead("retrieval.rrf_k")
     if r.merge != "linear":
@@ -255,6 +260,7 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                                 _dense_text_acts),
     "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
     "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
+    "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
     "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
 }
 

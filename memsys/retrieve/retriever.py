@@ -22,7 +22,8 @@ from memsys.records import MAU, Modality, Status
 from memsys.retrieve.context import Context, MediaPart
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
-from memsys.retrieve.rerank import expand_neighbors, fuse_graph, speaker_first
+from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, speaker_first
+from memsys.retrieve.support import speaker_margin
 from memsys.store.store import MemoryStore, sparse_text
 from memsys.tokens import count_tokens
 
@@ -110,6 +111,7 @@ class Retriever:
         ]
         if rc.speaker_first:
             out = speaker_first(out, query, self.speakers)
+        out = lift_dated(out, query, rc.time_lift)
         t4 = time.perf_counter()
         t.update(dense=(t2 - t1) * 1e3, sparse=(t3 - t2) * 1e3, merge=(t4 - t3) * 1e3)
         return out
@@ -181,8 +183,20 @@ class Retriever:
                             reserved_tokens=fact_tokens)
         if self.cfg.answer.include_graph_facts:
             ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
+        if self.cfg.answer.abstain in ("retrieval", "both"):
+            self._abstain(query, cands, ctx)
         timings["pyramid"] = (time.perf_counter() - t0) * 1e3
         return Retrieval(query, cands, ctx, timings)
+
+    def _abstain(self, query: str, cands: list[RankedCandidate], ctx: Context) -> None:
+        """Empty the context when another speaker's turn holds the question's content (support.py): the
+        reader is then not asked, and the scorer sees that no memory was given."""
+        margin = speaker_margin(query, cands, self.speakers, self.embedder.embed)
+        if margin is None or margin >= -self.cfg.answer.abstain_margin:
+            return
+        ctx.abstain_reason = f"another speaker's turn matches better by {-margin:.2f} > {self.cfg.answer.abstain_margin}"
+        ctx.dropped += [(i.mau.id, "abstained: " + ctx.abstain_reason) for i in ctx.items]
+        ctx.items, ctx.graph_facts, ctx.graph_tokens = [], [], 0
 
     def load_raw(self, mau: MAU) -> RawContent | None:
         """Level-3 content: raw text from the cold tier, or a media part with its token cost."""
