@@ -124,16 +124,25 @@ def graph_reach(cfg: MemoryConfig, hops: int | None = None) -> int:
     return d
 
 
+def retrieval_pool(cfg: MemoryConfig) -> int:
+    """The most candidates the merge hands on (before graph memories and neighbour expansion)."""
+    r = cfg.retrieval
+    if r.merge in _DENSE_CUT:
+        return min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
+    if r.merge == "bm25_only":
+        return min(r.sparse_k, r.top_k)
+    return min(r.top_k, r.dense_k + r.sparse_k)
+
+
+#: the shortest merged list on which a time lift acts: in a top-5 list the dated turns of LoCoMo "when"
+#: questions already lead (tests/research/test_levers.py, naive on conv-30)
+TIME_LIFT_MIN_POOL = 10
+
+
 def kept_candidates(cfg: MemoryConfig) -> int:
     """The most candidates retrieval hands to the pyramid."""
     r = cfg.retrieval
-    if r.merge in _DENSE_CUT:
-        n = min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
-    elif r.merge == "bm25_only":
-        n = min(r.sparse_k, r.top_k)
-    else:
-        n = min(r.top_k, r.dense_k + r.sparse_k)
-    n += cfg.graph.max_maus if cfg.graph.enabled else 0
+    n = retrieval_pool(cfg) + (cfg.graph.max_maus if cfg.graph.enabled else 0)
     return n + min(r.expand_top, n) * 2 * r.expand_window  # each expanded candidate brings its neighbours
 
 
@@ -171,6 +180,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
         dead("ingest.index_text.dense")
     if r.expand_top == 0:
         dead("retrieval.expand_window")
+    if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
+        dead("retrieval.time_lift")
     a = cfg.answer
     if a.abstain not in ("retrieval", "both"):
         dead("answer.abstain_margin")
@@ -260,6 +271,8 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                                 _dense_text_acts),
     "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
     "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
+    "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
+                            lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
     "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
     "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
 }

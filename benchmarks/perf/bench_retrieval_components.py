@@ -16,7 +16,7 @@ category 5 apart (it has little evidence).
 Usage::
 
     python -m benchmarks.perf.bench_retrieval_components [--split dev] [--budgets 1000,2000,4000]
-        [--variants omni,naive_rag,...] [--out runs/bench/retrieval_components.json]
+        [--variants baselines,ablation,merges] [--out runs/bench/retrieval_components.json]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from harness.paths import runs_dir
 from harness.views import VIEW_FILE, PredictRequest, read_answers
 
 RECALL_KS = (5, 10, 20)
-DEFAULT_BUDGETS = (1000, 2000, 4000)
+DEFAULT_BUDGETS = (1000, 1500, 2000, 4000)
 CATS_1_4 = ("1", "2", "3", "4")
 
 
@@ -55,25 +55,47 @@ class Variant:
     system: str = "memsys"  # memsys | full_context
 
 
-# One step at a time from the issue's starting point (`legacy_omni`: the index sees the turn text only),
-# so each row's difference from the one before is one component.
-_LEGACY_TEXT = ("memory.ingest.index_text.dense=text", "memory.ingest.index_text.sparse=text")
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
+# One step at a time from the issue's starting point (`omni_before`: the paper's set-union of the dense
+# top-20 and BM25, the rule graph's turns appended and its facts shown, indexes that see the turn text
+# only), so each row differs from the one before by one component, ending at today's omni (`-graph`);
+# then what each other component is worth added to omni.
+_GRAPH_ON = "memory.graph.enabled=true"
+_BEFORE = ("memory.ingest.index_text.dense=text", "memory.ingest.index_text.sparse=text",
+           "memory.retrieval.merge=set_union", "memory.retrieval.top_k=20", "memory.retrieval.speaker_first=false",
+           "memory.retrieval.time_lift=0")
+_STEPS = (
+    ("omni_before", (*_BEFORE, _GRAPH_ON)),
+    ("+index_text", (*_BEFORE[2:], _GRAPH_ON)),
+    ("+rrf", (*_BEFORE[3:], _GRAPH_ON)),
+    ("+top_k_40", (*_BEFORE[4:], _GRAPH_ON)),
+    ("+speaker_first", (*_BEFORE[5:], _GRAPH_ON)),
+    ("+time_lift", (_GRAPH_ON,)),
+    ("-graph", ()),
+)
+ABLATION: dict[str, Variant] = {name: Variant(name, "omni", ovs) for name, ovs in _STEPS}
+ABLATION.update({v.name: v for v in (
+    Variant("omni+graph_rrf", "omni", (_GRAPH_ON, "memory.graph.placement=rrf")),
+    Variant("omni+neighbors", "omni", ("memory.retrieval.expand_top=3",)),
+    Variant("omni+abstain", "omni", ("memory.answer.abstain=retrieval",)),
+    Variant("omni-pyramid", "omni", ("memory.pyramid.enabled=false",)),
+)})
+BASELINES: dict[str, Variant] = {v.name: v for v in (
+    Variant("omni", "omni"),
+    Variant("naive", "naive"),
     Variant("naive_rag", "naive_rag"),
     Variant("bm25_only", "bm25_only"),
-    Variant("full_context", "naive_rag", system="full_context"),
-    Variant("legacy_omni", "omni", _LEGACY_TEXT),
-    Variant("omni", "omni"),
+    Variant("recent_window", "naive_rag", system="full_context"),
 )}
 
 
 def _merge_variants() -> dict[str, Variant]:
-    """Every merge strategy on omni's index text, same k (20) for each list."""
+    """Every merge strategy on omni (its index text and steps), same lists (dense 20, BM25 20), cut at 40."""
     return {f"merge_{m}": Variant(f"merge_{m}", "omni", (f"memory.retrieval.merge={m}",))
             for m in ("set_union", "rrf", "linear", "dense_only", "bm25_only")}
 
 
-ALL_VARIANTS = {**VARIANTS, **_merge_variants()}
+ALL_VARIANTS = {**BASELINES, **ABLATION, **_merge_variants()}
+GROUPS = {"baselines": list(BASELINES), "ablation": list(ABLATION), "merges": list(_merge_variants())}
 
 
 def parse_variant(spec: str) -> Variant:
@@ -167,11 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--split", default="dev")
     p.add_argument("--sample", default=None)
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)))
-    p.add_argument("--variants", default=",".join(VARIANTS), help="names, or name=preset:key=v;key=v")
+    p.add_argument("--variants", default="baselines,ablation,merges",
+                   help="groups (baselines, ablation, merges), names, or name=preset:key=v;key=v")
     p.add_argument("--out", default=str(runs_dir() / "bench" / "retrieval_components.json"))
     args = p.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",")]
-    variants = [parse_variant(s) for s in args.variants.split(",") if s]
+    specs = [n for s in args.variants.split(",") if s for n in GROUPS.get(s, [s])]
+    variants = [parse_variant(s) for s in dict.fromkeys(specs)]
     t0 = time.perf_counter()
     report = measure(variants, args.split, args.sample, budgets)
     report.update(wall_s=round(time.perf_counter() - t0, 1), host=platform.node(),
