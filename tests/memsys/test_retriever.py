@@ -21,7 +21,6 @@ from memsys.records import MAU, Modality, Status, Turn
 from memsys.retrieve.retriever import Retriever, retrieve_many
 from memsys.temporal import parse_datetime
 
-
 #: the paper's retrieval (set-union of the dense top-20 and BM25), without issue #14's reranking steps
 PAPER_RETRIEVAL = ["memory.retrieval.merge=set_union", "memory.retrieval.top_k=20",
                    "memory.retrieval.speaker_first=false", "memory.retrieval.time_lift=0"]
