@@ -23,6 +23,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", type=int, default=10, help="items to print")
     p.set_defaults(func=cmd_search)
 
+    p = sub.add_parser("ask", help="answer a question from a store with the configured reader (llm=...)")
+    p.add_argument("question")
+    p.set_defaults(func=cmd_ask)
+
 
 def _cfg(overrides: Sequence[str]):
     from memsys.config import MemoryConfig, compose, validate
@@ -73,4 +77,31 @@ def cmd_search(args: argparse.Namespace) -> int:
         table.add_row(str(n), str(it.level), f"{it.similarity:.3f}", "+".join(sorted(it.sources)), when,
                       it.mau.speaker or "", it.text[:200])
     Console().print(table)
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    """Retrieve, answer with ``llm`` (default: the embedded model), print the answer and the context lines
+    the reader was given."""
+    from rich.console import Console
+
+    from memsys.answer.generate import answer_question
+    from memsys.config import LLMConfig, validate
+    from memsys.llm import open_llm
+    from memsys.memory import Memory
+
+    cfg, mcfg = _cfg(args.overrides)
+    overrides_given = any(o.startswith("memory") for o in args.overrides)
+    llm_cfg = validate(LLMConfig, cfg.llm, where="llm config")
+    console = Console()
+    with Memory.open(cfg.store, mcfg if overrides_given else None, read_only=True) as mem, open_llm(llm_cfg) as llm:
+        context = mem.retrieve(args.question).context
+        ans = answer_question(llm, args.question, context, mem.cfg.answer)
+    console.print(f"[bold]{ans.text}[/]")
+    console.print(f"[dim]{context.total_tokens} context tokens, {ans.prompt_tokens} prompt tokens, "
+                  f"{ans.latency_s:.1f} s[/]")
+    rendered = context.render(include_metadata=mem.cfg.answer.include_metadata,
+                              include_graph=mem.cfg.answer.include_graph_facts,
+                              group_by_session=mem.cfg.answer.group_by_session)
+    console.print(rendered or "(no memories)", markup=False, highlight=False, soft_wrap=True)
     return 0

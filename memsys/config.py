@@ -112,8 +112,20 @@ class MediaConfig:
 
 
 @dataclass
+class IndexTextConfig:
+    """What each index sees of a memory (memsys/ingest/index_text.py); the reader keeps its own rendering.
+    ``dense`` is embedded at ingestion (a change rebuilds the store), ``sparse`` is what BM25 indexes."""
+
+    dense: str = lever("speaker_date", "What the embedding index sees: the text, or speaker (and date) first",
+                       choices=("text", "speaker", "speaker_date"))
+    sparse: str = lever("speaker", "What BM25 indexes: the text, or speaker (and date) first",
+                        choices=("text", "speaker", "speaker_date"))
+
+
+@dataclass
 class IngestConfig:
     text: TextNoveltyConfig = field(default_factory=TextNoveltyConfig)
+    index_text: IndexTextConfig = field(default_factory=IndexTextConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     resolve_relative_time: bool = True
     link_sessions: bool = True  # prev/next links between consecutive turns of a session
@@ -134,6 +146,12 @@ class RetrievalConfig:
     rrf_k: int = lever(60, "RRF constant: lower trusts the top ranks of each list more", low=1, high=200)
     linear_alpha: float = lever(0.5, "Weight of the dense score in linear fusion", low=0.0, high=1.0, step=0.1)
     include_archived: bool = False
+    speaker_first: bool = lever(False, "Turns of the speaker the question names go first")
+    time_lift: int = lever(0, "Places a dated memory moves up for a 'when' question; 0 = off",
+                           low=0, high=20)
+    expand_top: int = lever(0, "Best candidates followed by their neighbouring turns; 0 = off",
+                            low=0, high=20)
+    expand_window: int = lever(1, "Turns before and after each expanded candidate", low=1, high=3)
 
 
 @dataclass
@@ -162,6 +180,8 @@ class GraphConfig:
     min_score: float = lever(0.2, "Graph score below which a reached entity is ignored", low=0.0, high=0.9, step=0.05)
     max_maus: int = lever(10, "Memories the graph may add to the candidates", low=0, high=40)  # MAUs added to R(q)
     max_facts: int = lever(20, "Graph fact lines shown to the reader", low=0, high=60)
+    placement: str = lever("append", "Graph memories after the retrieved list, or fused into its ranking",
+                           choices=("append", "rrf"))
     resolve_threshold: float = 0.85  # entity-resolution merge threshold
     resolve_cosine_weight: float = 0.5  # weight of name-embedding cosine vs Jaro-Winkler
     seed_fuzzy_threshold: float = 0.92  # Jaro-Winkler of a query n-gram to an alias to seed it
@@ -177,7 +197,12 @@ class AnswerConfig:
     constraints_position: str = lever("before", "Answer rules before or after the question", choices=("before", "after"))
     include_graph_facts: bool = lever(True, "Show the graph's fact lines after the memories")
     include_metadata: bool = lever(True, "Dates, times and speakers on each memory line")
+    group_by_session: bool = lever(False, "Memories grouped by session, oldest first, each under its date")
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
+    abstain: str = lever("off", "Say 'Not mentioned' when retrieval (another speaker said it) or the reader says so",
+                         choices=("off", "retrieval", "reader", "both"))
+    abstain_margin: float = lever(0.08, "Abstain when another speaker's turn matches the question this much better",
+                                  low=0.0, high=0.3, step=0.02)
 
 
 @dataclass

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from memsys.config import MemoryConfig, load_memory_config, to_container, validate
 from memsys.embed import Embedder, make_embedder
-from memsys.errors import ConfigError, DuplicateIdError, InputError
+from memsys.errors import ConfigError, DuplicateIdError, InputError, StoreVersionError
+from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
 from memsys.ingest.text import IngestReport, build_text_maus, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate
 from memsys.records import MAU, Link, LinkKind, Turn
@@ -39,6 +40,11 @@ def _resolve_config(config: MemoryConfig | str | dict | None, overrides: Sequenc
     if isinstance(config, dict):
         return validate(MemoryConfig, config, where="memory config")
     raise ConfigError(f"memory config must be a preset name, dict or MemoryConfig, got {type(config).__name__}")
+
+
+def _embedded_index_text(saved: dict | None) -> str:
+    """What a store's vectors were embedded from; stores from before index text embedded the summary."""
+    return str(((saved or {}).get("ingest") or {}).get("index_text", {}).get("dense", LEGACY_INDEX_TEXT))
 
 
 class Memory:
@@ -78,11 +84,20 @@ class Memory:
              embedder: Embedder | None = None) -> "Memory":
         """Open a store; without ``config`` the config it was created with is used."""
         store = MemoryStore.open(path, read_only=read_only)
+        saved = store.manifest.get("extra", {}).get("memory_config")
+        embedded_as = _embedded_index_text(saved)
         if config is None and not overrides:
-            saved = store.manifest.get("extra", {}).get("memory_config")
             cfg = validate(MemoryConfig, saved, where=f"config saved in {store.path}") if saved else _resolve_config(None)
+            if embedded_as == LEGACY_INDEX_TEXT and "index_text" not in (saved or {}).get("ingest", {}):
+                cfg.ingest.index_text.dense = cfg.ingest.index_text.sparse = LEGACY_INDEX_TEXT
         else:
             cfg = _resolve_config(config, overrides)
+        if cfg.ingest.index_text.dense != embedded_as:
+            store.close()
+            raise StoreVersionError(
+                f"store {store.path} was embedded with index text {embedded_as!r} but the config asks for "
+                f"{cfg.ingest.index_text.dense!r}: rebuild it (ingest again into a new store) or set "
+                f"memory.ingest.index_text.dense={embedded_as}")
         emb = embedder or make_embedder(cfg.embedder)
         if emb.name != store.manifest["embedder"]["name"]:
             raise ConfigError(
@@ -189,7 +204,7 @@ class Memory:
     def _embed_and_store(self, maus: list[MAU]) -> None:
         todo = [m for m in maus if m.embedding is None]
         if todo:
-            vecs = self.embedder.embed([m.summary for m in todo])
+            vecs = self.embedder.embed([index_text(m, self.cfg.ingest.index_text.dense) for m in todo])
             for m, v in zip(todo, vecs):
                 m.embedding = v
         self.store.add(maus)

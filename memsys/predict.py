@@ -190,7 +190,7 @@ def _text_context(question: str, text: str) -> Any:
     from memsys.retrieve.context import Context
 
     class _Raw(Context):
-        def render(self, include_metadata: bool = True, include_graph: bool = True) -> str:
+        def render(self, include_metadata: bool = True, include_graph: bool = True, **_: bool) -> str:
             return text
 
     return _Raw(query=question, items=[], budget_tokens=0)

@@ -96,6 +96,11 @@ def _compressed(cfg: MemoryConfig) -> bool:
     return cfg.ingest.compression.enabled
 
 
+def _dense_text_acts(cfg: MemoryConfig) -> bool:
+    """The embedded text acts through dense search, or through the similarity that gates pyramid level 2."""
+    return cfg.retrieval.merge != "bm25_only" or pyramid_expands(cfg)
+
+
 def level3_active(cfg: MemoryConfig) -> bool:
     return pyramid_expands(cfg) and cfg.pyramid.level3 and (_compressed(cfg) or cfg.pyramid.level3_media)
 
@@ -119,16 +124,26 @@ def graph_reach(cfg: MemoryConfig, hops: int | None = None) -> int:
     return d
 
 
+def retrieval_pool(cfg: MemoryConfig) -> int:
+    """The most candidates the merge hands on (before graph memories and neighbour expansion)."""
+    r = cfg.retrieval
+    if r.merge in _DENSE_CUT:
+        return min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
+    if r.merge == "bm25_only":
+        return min(r.sparse_k, r.top_k)
+    return min(r.top_k, r.dense_k + r.sparse_k)
+
+
+#: the shortest merged list on which a time lift acts: in a top-5 list the dated turns of LoCoMo "when"
+#: questions already lead (tests/research/test_levers.py, naive on conv-30)
+TIME_LIFT_MIN_POOL = 10
+
+
 def kept_candidates(cfg: MemoryConfig) -> int:
     """The most candidates retrieval hands to the pyramid."""
     r = cfg.retrieval
-    if r.merge in _DENSE_CUT:
-        n = min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
-    elif r.merge == "bm25_only":
-        n = min(r.sparse_k, r.top_k)
-    else:
-        n = min(r.top_k, r.dense_k + r.sparse_k)
-    return n + (cfg.graph.max_maus if cfg.graph.enabled else 0)
+    n = retrieval_pool(cfg) + (cfg.graph.max_maus if cfg.graph.enabled else 0)
+    return n + min(r.expand_top, n) * 2 * r.expand_window  # each expanded candidate brings its neighbours
 
 
 def level1_bound(cfg: MemoryConfig) -> int:
@@ -160,7 +175,18 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     else:  # fusions cut the union, which has at most dense_k + sparse_k hits
         view["retrieval.top_k"] = min(r.top_k, r.dense_k + r.sparse_k)
     if r.merge == "dense_only":
-        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields")
+        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields", "ingest.index_text.sparse")
+    if not _dense_text_acts(cfg):
+        dead("ingest.index_text.dense")
+    if r.expand_top == 0:
+        dead("retrieval.expand_window")
+    if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
+        dead("retrieval.time_lift")
+    a = cfg.answer
+    if a.abstain not in ("retrieval", "both"):
+        dead("answer.abstain_margin")
+    if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
+        view["answer.abstain"] = "off" if a.abstain == "reader" else "retrieval"
     if r.merge != "rrf":
         dead("retrieval.rrf_k")
     if r.merge != "linear":
@@ -186,6 +212,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     else:
         if not facts_shown(cfg):
             dead("graph.max_facts", "answer.include_graph_facts")
+        if cfg.graph.max_maus == 0:
+            dead("graph.placement")
         view["graph.hops"] = graph_reach(cfg)
         if view["graph.hops"] == 0:
             dead("graph.beta")
@@ -239,6 +267,14 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     "answer.include_graph_facts": ("graph.enabled and graph.max_facts > 0",
                                    lambda c: c.graph.enabled and c.graph.max_facts > 0),
     "ingest.text.reject_above": ("ingest.text.enabled", lambda c: c.ingest.text.enabled),
+    "ingest.index_text.dense": ("merge != bm25_only, or the pyramid expands (similarity gates level 2)",
+                                _dense_text_acts),
+    "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
+    "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
+    "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
+                            lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
+    "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
+    "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
 }
 
 #: path -> the highest value that can still act, given the rest of the config (None: no cap)

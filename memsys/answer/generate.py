@@ -28,6 +28,15 @@ ANSWER_SCHEMA: dict[str, Any] = {
     "required": ["answer"],
     "additionalProperties": False,
 }
+#: the reader's own abstention signal (answer.abstain = reader | both): does a memory state the answer?
+SUPPORTED_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "supported": {"type": "boolean"}},
+    "required": ["answer", "supported"],
+    "additionalProperties": False,
+}
+#: what an abstention says (LoCoMo's own rule counts it: it contains "not mentioned")
+ABSTAIN_TEXT = "Not mentioned in the conversation"
 
 
 @dataclass
@@ -66,7 +75,8 @@ def build_messages(question: str, context: Context, cfg: AnswerConfig, *, vision
     from memsys.media.image import context_to_content_parts, image_part
 
     text = messages[1]["content"]
-    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts)
+    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts,
+                              group_by_session=cfg.group_by_session)
     head, _, tail = text.partition(memories) if memories and memories in text else (text, "", "")
     parts: list[dict[str, Any]] = [{"type": "text", "text": head}]
     if tail or memories:
@@ -85,7 +95,11 @@ def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[d
     if cfg.constraints_position not in ("before", "after"):
         raise ConfigError(f"answer.constraints_position must be before|after, got {cfg.constraints_position!r}")
     hint = 'Reply with a JSON object {"answer": "..."}.' if cfg.response_format else ""
-    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts)
+    if cfg.response_format and _reader_abstains(cfg):
+        hint = ('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
+                'when no memory states the answer.')
+    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts,
+                              group_by_session=cfg.group_by_session)
     text = user.substitute(
         memories=memories or "(no memories)",
         question=question.strip(),
@@ -99,19 +113,30 @@ def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[d
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
+def _reader_abstains(cfg: AnswerConfig) -> bool:
+    return cfg.abstain in ("reader", "both")
+
+
 def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig, *,
                     question_image: str | None = None) -> Answer:
     """Ask the reader. ``llm`` is a memsys.llm.LLMClient (or anything with its ``chat``)."""
+    if context.abstain_reason:  # retrieval decided: the reader is not asked
+        return Answer(question=question, text=ABSTAIN_TEXT, evidence_ids=[], context_tokens=0,
+                      raw_reply=f"abstained: {context.abstain_reason}")
     vision = bool(getattr(getattr(llm, "cfg", None), "supports_vision", False))
     messages = build_messages(question, context, cfg, vision=vision, question_image=question_image)
     t0 = time.perf_counter()
     if cfg.response_format:
-        reply = llm.chat(messages, json_schema=ANSWER_SCHEMA, max_tokens=cfg.max_tokens)
+        reader_abstains = _reader_abstains(cfg)
+        schema = SUPPORTED_SCHEMA if reader_abstains else ANSWER_SCHEMA
+        reply = llm.chat(messages, json_schema=schema, max_tokens=cfg.max_tokens)
         parsed = reply.parsed or {}
         value = parsed.get("answer")
         if value is None:
             raise LLMResponseFormatError(f"reader reply has no 'answer' key: {reply.text[:80]!r}")
         text = value if isinstance(value, str) else str(value)
+        if reader_abstains and parsed.get("supported") is False:
+            text = ABSTAIN_TEXT
     else:
         reply = llm.chat(messages, max_tokens=cfg.max_tokens)
         text = reply.text

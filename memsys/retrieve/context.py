@@ -67,6 +67,7 @@ class Context:
     dropped: list[tuple[str, str]] = field(default_factory=list)  # (mau id, reason)
     graph_facts: list[str] = field(default_factory=list)
     graph_tokens: int = 0
+    abstain_reason: str | None = None  # set when retrieval decided memory does not hold the answer
 
     @property
     def total_tokens(self) -> int:
@@ -86,13 +87,41 @@ class Context:
                     out.append(sid)
         return out
 
-    def render(self, include_metadata: bool = True, include_graph: bool = True) -> str:
-        """Plain-text memories, best first, then graph facts."""
-        lines = []
-        for n, item in enumerate(self.items, start=1):
-            lines.append(render_line(n, item.mau, item.text, include_metadata))
+    def render(self, include_metadata: bool = True, include_graph: bool = True, group_by_session: bool = False) -> str:
+        """Plain-text memories, best first (or by session, see :func:`session_blocks`), then graph facts."""
+        if group_by_session:
+            lines = session_blocks(self.items, include_metadata)
+        else:
+            lines = [render_line(n, item.mau, item.text, include_metadata) for n, item in enumerate(self.items, start=1)]
         if include_graph and self.graph_facts:
             lines.append("")
             lines.append("Related facts from the knowledge graph:")
             lines.extend(f"- {f}" for f in self.graph_facts)
         return "\n".join(lines)
+
+
+def session_blocks(items: list[ContextItem], include_metadata: bool = True) -> list[str]:
+    """Memories grouped by session, sessions oldest first, each under its absolute date, turns in the order
+    they were said; each line keeps its relevance number. Why: a small reader answers "when" questions from
+    the date above the turn, and reads a session's turns as the exchange they were."""
+    sessions: dict[str, list[tuple[int, ContextItem]]] = {}
+    for n, item in enumerate(items, start=1):
+        sessions.setdefault(item.mau.session_id or "", []).append((n, item))
+
+    def when(group: list[tuple[int, ContextItem]]) -> tuple:
+        stamps = [i.mau.timestamp for _, i in group if i.mau.timestamp]
+        return (0, min(stamps)) if stamps else (1, group[0][0])
+
+    lines: list[str] = []
+    for sid, group in sorted(sessions.items(), key=lambda kv: when(kv[1])):
+        stamps = [i.mau.timestamp for _, i in group if i.mau.timestamp]
+        date = f" on {format_date(min(stamps))}" if stamps and include_metadata else ""
+        lines.append(f"Session {sid}{date}:" if sid else f"Other memories{date}:")
+        for n, item in sorted(group, key=lambda g: (g[1].mau.timestamp is None, g[1].mau.timestamp, g[0])):
+            m = item.mau
+            head = ""
+            if include_metadata:
+                head = " ".join(p for p in ((f"[{m.timestamp:%H:%M}]" if m.timestamp else ""),
+                                            (f"{m.speaker}:" if m.speaker else "")) if p)
+            lines.append(f"{n}. {head} {item.text}{item_suffix(m, include_metadata)}".replace("  ", " ").strip())
+    return lines

@@ -7,6 +7,7 @@ searches and the cold-tier reads hold no shared mutable state).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -15,12 +16,15 @@ import numpy as np
 
 from memsys.config import MemoryConfig
 from memsys.embed import Embedder
-from memsys.index.sparse import make_sparse_index
+from memsys.index.sparse import SparseIndex, make_sparse_index
+from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
 from memsys.records import MAU, Modality, Status
 from memsys.retrieve.context import Context, MediaPart
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
-from memsys.store.store import MemoryStore
+from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, speaker_first
+from memsys.retrieve.support import speaker_margin
+from memsys.store.store import MemoryStore, sparse_text
 from memsys.tokens import count_tokens
 
 
@@ -57,6 +61,23 @@ class Retriever:
             raise ConfigError(f"unknown merge strategy '{rc.merge}' ({' | '.join(MERGERS)})")
         # the store is shared (threads, other retrievers): ask it for our index, never reconfigure it
         make_sparse_index(rc.sparse_backend)  # an unknown backend fails here, not at the first query
+        self._sparse: SparseIndex | None = None
+        self._sparse_lock = threading.Lock()
+        self.speakers = {m.speaker for m in store.maus if m.speaker}
+
+    def sparse_index(self) -> SparseIndex:
+        """BM25 over each MAU's sparse index text. The summary-only index is the store's own (shared,
+        snapshotted); one that adds the speaker or date is built here once, since a Retriever is
+        rebuilt after every write."""
+        rc, fields = self.cfg.retrieval, self.cfg.ingest.index_text.sparse
+        if fields == LEGACY_INDEX_TEXT:
+            return self.store.sparse(rc.sparse_backend, rc.sparse_fields)
+        with self._sparse_lock:
+            if self._sparse is None:
+                idx = make_sparse_index(rc.sparse_backend)
+                idx.build([index_text(m, fields, sparse_text(m, rc.sparse_fields)) for m in self.store.maus])
+                self._sparse = idx
+            return self._sparse
 
     # ------------------------------------------------------------------ search
     def search(self, query: str, query_vec: np.ndarray | None = None,
@@ -76,7 +97,7 @@ class Retriever:
         t2 = time.perf_counter()
         sparse = []
         if want_sparse:
-            sparse = self.store.sparse(rc.sparse_backend, rc.sparse_fields).search(query, rc.sparse_k * over)
+            sparse = self.sparse_index().search(query, rc.sparse_k * over)
         t3 = time.perf_counter()
         if active is not None:
             dense = [h for h in dense if active[h[0]]][: rc.dense_k]
@@ -88,6 +109,9 @@ class Retriever:
             RankedCandidate(self.store.maus[c.position], float(sims[i]), c.sources, c.fused_score)
             for i, c in enumerate(merged)
         ]
+        if rc.speaker_first:
+            out = speaker_first(out, query, self.speakers)
+        out = lift_dated(out, query, rc.time_lift)
         t4 = time.perf_counter()
         t.update(dense=(t2 - t1) * 1e3, sparse=(t3 - t2) * 1e3, merge=(t4 - t3) * 1e3)
         return out
@@ -98,18 +122,36 @@ class Retriever:
             return []
         t0 = time.perf_counter()
         linked, facts = self.graph.augment(query)
-        have = {c.mau.id for c in cands}
-        extra = [mid for mid, _ in linked if mid not in have and mid in self.store.positions]
-        extra = extra[: self.cfg.graph.max_maus]
-        if extra:
-            pos = [self.store.positions[m] for m in extra]
-            sims = self.store.similarity(query_vec, pos)
-            for mid, s in zip(extra, sims):
-                m = self.store.get(mid)
-                if m.status != Status.ARCHIVED:
-                    cands.append(RankedCandidate(m, float(s), {"graph"}, 0.0))
+        gc = self.cfg.graph
+        if gc.placement == "rrf":  # the graph's own list, hits already retrieved included, fused by rank
+            ids = [mid for mid, _ in linked if mid in self.store.positions][: gc.max_maus]
+        else:
+            have = {c.mau.id for c in cands}
+            ids = [mid for mid, _ in linked if mid not in have and mid in self.store.positions][: gc.max_maus]
+        graph = []
+        if ids:
+            sims = self.store.similarity(query_vec, [self.store.positions[m] for m in ids])
+            graph = [RankedCandidate(self.store.get(mid), float(s), {"graph"}, 0.0)
+                     for mid, s in zip(ids, sims) if self.store.get(mid).status != Status.ARCHIVED]
+        if gc.placement == "rrf":
+            cands[:] = fuse_graph(cands, graph, self.cfg.retrieval.rrf_k, 1.0)
+        else:
+            cands.extend(graph)
         timings["graph"] = (time.perf_counter() - t0) * 1e3
-        return facts[: self.cfg.graph.max_facts]
+        return facts[: gc.max_facts]
+
+    def _expand(self, query_vec: np.ndarray, cands: list[RankedCandidate]) -> list[RankedCandidate]:
+        rc = self.cfg.retrieval
+
+        def get(mid: str) -> MAU | None:
+            pos = self.store.positions.get(mid)
+            m = self.store.maus[pos] if pos is not None else None
+            return m if m is not None and (rc.include_archived or m.status != Status.ARCHIVED) else None
+
+        def sims(maus: list[MAU]) -> list[float]:
+            return [float(s) for s in self.store.similarity(query_vec, [self.store.positions[m.id] for m in maus])]
+
+        return expand_neighbors(cands, rc.expand_top, rc.expand_window, get, sims)
 
     # ------------------------------------------------------------------ retrieve
     def retrieve(self, query: str, *, budget_tokens: int | None = None,
@@ -125,6 +167,7 @@ class Retriever:
         cands = self.search(query, query_vec=query_vec, timings=timings)
         timings["embed"] = embed_ms
         facts = self._graph(query, query_vec, cands, timings)
+        cands = self._expand(query_vec, cands)
         t0 = time.perf_counter()
         pcfg = self.cfg.pyramid
         if budget_tokens is not None:
@@ -140,8 +183,20 @@ class Retriever:
                             reserved_tokens=fact_tokens)
         if self.cfg.answer.include_graph_facts:
             ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
+        if self.cfg.answer.abstain in ("retrieval", "both"):
+            self._abstain(query, cands, ctx)
         timings["pyramid"] = (time.perf_counter() - t0) * 1e3
         return Retrieval(query, cands, ctx, timings)
+
+    def _abstain(self, query: str, cands: list[RankedCandidate], ctx: Context) -> None:
+        """Empty the context when another speaker's turn holds the question's content (support.py): the
+        reader is then not asked, and the scorer sees that no memory was given."""
+        margin = speaker_margin(query, cands, self.speakers, self.embedder.embed)
+        if margin is None or margin >= -self.cfg.answer.abstain_margin:
+            return
+        ctx.abstain_reason = f"another speaker's turn matches better by {-margin:.2f} > {self.cfg.answer.abstain_margin}"
+        ctx.dropped += [(i.mau.id, "abstained: " + ctx.abstain_reason) for i in ctx.items]
+        ctx.items, ctx.graph_facts, ctx.graph_tokens = [], [], 0
 
     def load_raw(self, mau: MAU) -> RawContent | None:
         """Level-3 content: raw text from the cold tier, or a media part with its token cost."""

@@ -56,8 +56,9 @@ def test_context_manager_saves_and_reopen_uses_the_saved_config(tmp_path, embedd
         # the novelty gate remembers what is stored: the same text again is redundant
         report = reopened.add_turn("Caroline", "I started a pottery class.", TS, session_id="S1")
         assert report.rejected == 1 and len(reopened) == 2
-        # an explicit preset overrides the saved one
-        assert Memory.open(path, "omni", embedder=embedder).cfg.name == "omni"
+        # an explicit preset overrides the saved one (naive's vectors embed the turn text alone)
+        assert Memory.open(path, "omni", embedder=embedder,
+                           overrides=["memory.ingest.index_text.dense=text"]).cfg.name == "omni"
     finally:
         reopened.close()
 

@@ -21,6 +21,10 @@ from memsys.records import MAU, Modality, Status, Turn
 from memsys.retrieve.retriever import Retriever, retrieve_many
 from memsys.temporal import parse_datetime
 
+#: the paper's retrieval (set-union of the dense top-20 and BM25), without issue #14's reranking steps
+PAPER_RETRIEVAL = ["memory.retrieval.merge=set_union", "memory.retrieval.top_k=20",
+                   "memory.retrieval.speaker_first=false", "memory.retrieval.time_lift=0"]
+
 
 def conv26(locomo_path):
     sample = next(s for s in json.loads(locomo_path.read_text(encoding="utf-8")) if s["sample_id"] == "conv-26")
@@ -40,7 +44,7 @@ def locomo26(tmp_path_factory, locomo_path, embedder):
     """conv-26 ingested once with the omni preset and saved; questions embedded once."""
     turns, questions = conv26(locomo_path)
     path = tmp_path_factory.mktemp("conv26") / "store"
-    mem = Memory.create(path, "omni")
+    mem = Memory.create(path, "omni", overrides=PAPER_RETRIEVAL)
     assert mem.embedder is embedder  # the session's model, not a second copy
     report = mem.add(turns)
     mem.save()

@@ -101,7 +101,7 @@ def test_every_locomo_session_date_parses(locomo_path):
         ("two days ago", MONDAY_8_MAY, day(2023, 5, 6), "day"),
         ("Two days ago", MONDAY_8_MAY, day(2023, 5, 6), "day"),
         ("10 days ago", MONDAY_8_MAY, day(2023, 4, 28), "day"),
-        ("a few days ago", MONDAY_8_MAY, day(2023, 5, 5), "day"),  # "a few" = 3
+        ("a few days ago", MONDAY_8_MAY, span(2023, 5, 4, 2023, 5, 6), "range"),  # "a few" = 2 to 4
         ("a couple of days later", MONDAY_8_MAY, day(2023, 5, 10), "day"),
         # "last week" = the Monday-Sunday week before the session's week
         ("last week", MONDAY_8_MAY, span(2023, 5, 1, 2023, 5, 7), "week"),
@@ -167,3 +167,76 @@ def test_describe_mention_and_format_date():
     assert describe_mention(by_text["last month"]) == "last month = April 2023"
     assert describe_mention(by_text["last year"]) == "last year = 2022"
     assert format_date(datetime(2023, 5, 8, 13, 56)) == "8 May 2023"
+
+
+# ------------------------------------------------------------------ issue #14: LoCoMo's own phrasings
+@pytest.mark.parametrize(
+    "text, anchor, expected, granularity",
+    [
+        ("We had a blast last night!", MONDAY_8_MAY, day(2023, 5, 7), "day"),
+        # seasons: the latest one already over, the one of the session's year, the first one to come
+        ("I went camping last summer.", MONDAY_8_MAY, span(2022, 6, 1, 2022, 8, 31), "season"),
+        ("last summer", datetime(2023, 9, 15), span(2023, 6, 1, 2023, 8, 31), "season"),
+        ("last summer", datetime(2023, 7, 15), span(2022, 6, 1, 2022, 8, 31), "season"),  # this one is not over
+        ("this summer", MONDAY_8_MAY, span(2023, 6, 1, 2023, 8, 31), "season"),
+        ("next summer", datetime(2023, 9, 15), span(2024, 6, 1, 2024, 8, 31), "season"),
+        ("last winter", MONDAY_8_MAY, span(2022, 12, 1, 2023, 2, 28), "season"),
+        ("this winter", MONDAY_15_JAN, span(2023, 12, 1, 2024, 2, 29), "season"),
+        ("last spring", MONDAY_8_MAY, span(2022, 3, 1, 2022, 5, 31), "season"),
+        # "in N units": that far after the session
+        ("The race is in two weeks.", MONDAY_8_MAY, span(2023, 5, 22, 2023, 5, 28), "week"),
+        ("in 3 days", MONDAY_8_MAY, day(2023, 5, 11), "day"),
+        ("in a few days", MONDAY_8_MAY, span(2023, 5, 10, 2023, 5, 12), "range"),
+        ("in two months", MONDAY_8_MAY, span(2023, 7, 1, 2023, 7, 31), "month"),
+        # vague amounts are ranges, not one made-up day
+        ("a few weeks ago", MONDAY_8_MAY, span(2023, 4, 10, 2023, 4, 30), "range"),
+        ("a few years ago", MONDAY_8_MAY, (datetime(2019, 1, 1), datetime(2021, 12, 31, 23, 59, 59)), "range"),
+        ("several days ago", MONDAY_8_MAY, span(2023, 5, 1, 2023, 5, 5), "range"),
+        # the past week is the seven days before the session, not the previous calendar week
+        ("this past week", MONDAY_8_MAY, span(2023, 5, 1, 2023, 5, 7), "range"),
+        ("past week", datetime(2023, 5, 10), span(2023, 5, 3, 2023, 5, 9), "range"),
+        ("the past few weeks", MONDAY_8_MAY, span(2023, 4, 10, 2023, 5, 7), "range"),
+        ("the past few months", MONDAY_8_MAY, span(2023, 1, 8, 2023, 5, 7), "range"),
+    ],
+)
+def test_locomo_phrase_classes_resolve(text, anchor, expected, granularity):
+    (m,) = resolve_relative_times(text, anchor)
+    assert ((m.start, m.end), m.granularity) == (expected, granularity)
+
+
+def test_ranges_are_described_as_ranges():
+    by_text = {m.text: describe_mention(m) for m in resolve_relative_times(
+        "a few days ago; last summer; a few years ago; past week", MONDAY_8_MAY)}
+    assert by_text == {"a few days ago": "a few days ago = between 4 May 2023 and 6 May 2023",
+                       "last summer": "last summer = June-August 2022",
+                       "a few years ago": "a few years ago = between 2019 and 2021",
+                       "past week": "past week = between 1 May 2023 and 7 May 2023"}
+
+
+#: phrase class -> (pattern over LoCoMo turns, how many turns have it in locomo10.json, counted 2026-12-01)
+LOCOMO_CLASSES = {
+    "last night": (r"\blast night\b", 16),
+    "season": (r"\b(?:last|this|next|past) (?:summer|winter|spring|fall|autumn)\b", 15),
+    "in N units": (r"\bin (?:a few|a couple of|\d+|a|an|one|two|three|four|five) (?:day|week|month|year)s?\b", 4),
+    "vague ago": (r"\b(?:a few|several) (?:day|week|month|year)s? ago\b", 10),
+    "past window": (r"\bpast (?:few )?(?:week|month|year)s?\b", 3),
+}
+
+
+@pytest.mark.parametrize("name", LOCOMO_CLASSES)
+def test_every_locomo_turn_of_a_phrase_class_gets_a_resolution(name, locomo_path):
+    pattern, count = LOCOMO_CLASSES[name]
+    samples = json.loads(locomo_path.read_text(encoding="utf-8"))
+    found = resolved = 0
+    for sample in samples:
+        conv = sample["conversation"]
+        for key, turns in conv.items():
+            if not (key.startswith("session_") and isinstance(turns, list)):
+                continue
+            anchor = parse_datetime(conv[f"{key}_date_time"])
+            for t in turns:
+                for hit in re.finditer(pattern, t.get("text", ""), re.IGNORECASE):
+                    found += 1
+                    spans = [(m.text.lower(), m.granularity) for m in resolve_relative_times(t["text"], anchor)]
+                    resolved += any(hit.group(0).lower() in text for text, _ in spans)
+    assert found == count and resolved == found

@@ -49,6 +49,10 @@ CONVERSATION = "conv-30"
 QUESTION_STRIDE, N_QUESTIONS = 17, 6  # questions 0, 17, ..., 85 of conv-30: spread over its sessions
 
 
+#: the paper's retrieval shape (omni before issue #14 chose RRF over 40 candidates)
+PAPER_RETRIEVAL = ("retrieval.merge=set_union", "retrieval.top_k=20")
+
+
 def cfg_of(preset: str, *overrides: str) -> MemoryConfig:
     return resolve(load_memory_config(preset), list(overrides))
 
@@ -162,7 +166,7 @@ def test_configs_differing_only_in_dead_fields_share_an_effective_key():
     for overrides in same:
         assert effective_key(resolve(naive, overrides)) == effective_key(naive), overrides
         assert static_noop(naive, overrides) is not None
-    omni = load_memory_config("omni")
+    omni = cfg_of("omni", *PAPER_RETRIEVAL)
     assert effective_key(resolve(omni, ["retrieval.dense_k=40"])) == effective_key(omni)  # cut at top_k=20
     assert effective_key(resolve(omni, ["retrieval.top_k=40"])) == effective_key(omni)  # cut at dense_k=20
     assert effective_key(resolve(omni, ["graph.hops=4"])) == effective_key(omni)  # 0.5^3 < min_score 0.2
@@ -207,7 +211,7 @@ def test_overrides_write_every_path_of_a_lever_with_lower_case_bools():
 
 
 def test_current_reads_fields_and_macros():
-    naive, omni = load_memory_config("naive"), load_memory_config("omni")
+    naive, omni = load_memory_config("naive"), cfg_of("omni", *PAPER_RETRIEVAL)
     assert lever("retrieval.top_k").current(naive) == 5 and lever("widen_dense").current(naive) == 5
     assert lever("widen_hybrid").current(naive) is None and lever("widen_hybrid").current(omni) == 20
     assert lever("full_text_context").current(naive) is False and lever("full_text_context").current(omni) is True

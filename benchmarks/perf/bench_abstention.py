@@ -1,0 +1,88 @@
+"""Calibrating retrieval abstention on LoCoMo dev, reader-free (issue #14).
+
+Why: category 5 (22% of LoCoMo) scores only when the system abstains, and every abstention on
+categories 1-4 throws that question's F1 away. The retrieval signal (memsys/retrieve/support.py:
+the named speaker's best content match minus anyone else's) is computed for every dev question;
+for each threshold we report how many category-5 and category-1-4 questions would abstain, and the
+change of ``all_honest`` it implies if an abstained category 1-4 question had scored the reader's
+mean F1 (``--reader-f1``, default 0.461: omni's category 1-4 F1 in issue #14) — an estimate,
+to be checked with the reader (docs/figures.md says which).
+
+Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--out runs/bench/abstention.json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm import tqdm
+
+from benchmarks.datasets import load_benchmark
+from benchmarks.splits import load_benchmark_config, select
+from harness.atomic import atomic_write_text
+from harness.paths import runs_dir
+from memsys.memory import Memory
+from memsys.records import Turn
+from memsys.retrieve.support import speaker_margin
+
+THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
+
+
+def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str, float | None]]:
+    """(category, margin) for every question of the split."""
+    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
+    out: list[tuple[str, float | None]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-abstain-") as tmp:
+        for conv in bench.conversations:
+            mem = Memory.create(Path(tmp) / conv.id, preset, overrides=[*overrides, "memory.answer.abstain=off"])
+            mem.add([Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
+                     for s in conv.sessions for t in s.turns])
+            for q in tqdm(conv.questions, desc=conv.id, unit="q"):
+                r = mem.retrieve(q.question)
+                out.append((q.category, speaker_margin(q.question, r.candidates, mem.retriever.speakers,
+                                                       mem.embedder.embed)))
+            mem.close()
+    return out
+
+
+def sweep(rows: list[tuple[str, float | None]], reader_f1: float) -> list[dict[str, Any]]:
+    n5 = sum(c == "5" for c, _ in rows)
+    n14 = len(rows) - n5
+    table = []
+    for t in THRESHOLDS:
+        a5 = sum(c == "5" and m is not None and m < -t for c, m in rows)
+        a14 = sum(c != "5" and m is not None and m < -t for c, m in rows)
+        table.append({"margin": t, "cat5_abstained": round(a5 / n5, 4), "cat1_4_abstained": round(a14 / n14, 4),
+                      "est_cat1_4_f1_lost": round(reader_f1 * a14 / n14, 4),
+                      "est_all_honest_delta": round((a5 - reader_f1 * a14) / len(rows), 4)})
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--split", default="dev")
+    p.add_argument("--preset", default="omni")
+    p.add_argument("--reader-f1", type=float, default=0.461)
+    p.add_argument("--out", default=str(runs_dir() / "bench" / "abstention.json"))
+    args = p.parse_args(argv)
+    rows = margins(args.split, args.preset, ())
+    table = sweep(rows, args.reader_f1)
+    best = max(table, key=lambda r: r["est_all_honest_delta"])
+    report = {"split": args.split, "preset": args.preset, "reader_f1": args.reader_f1, "n": len(rows),
+              "named_one_speaker": sum(m is not None for _, m in rows), "sweep": table, "best": best}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(report, indent=2))
+    for r in table:
+        print(r)
+    print(f"best: {best}\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

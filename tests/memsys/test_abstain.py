@@ -1,0 +1,89 @@
+"""Calibrated abstention (issue #14): the retrieval signal (memsys/retrieve/support.py) and the
+reader's own ``supported`` field, through a real OpenAI-protocol server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+import pytest
+
+from memsys.answer.generate import ABSTAIN_TEXT, answer_question, build_messages
+from memsys.config import LLMConfig
+from memsys.llm.client import LLMClient
+from memsys.memory import Memory
+from memsys.records import MAU, Turn
+from memsys.retrieve.pyramid import RankedCandidate
+from memsys.retrieve.support import speaker_margin, without_names
+from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
+
+TS = datetime(2023, 5, 8, 13, 56)
+TURNS = [
+    Turn("D1:1", "Caroline", "I ran a charity race for mental health last Saturday.", TS, "S1"),
+    Turn("D1:2", "Melanie", "That's great! I took my kids camping at the beach.", TS, "S1"),
+    Turn("D1:3", "Caroline", "I also started painting lake sunrises.", TS, "S1"),
+    Turn("D1:4", "Melanie", "I love pottery, I made a bowl last week.", TS, "S1"),
+]
+OVERRIDES = ["memory.graph.enabled=false", "memory.answer.abstain=retrieval", "memory.answer.abstain_margin=0.1"]
+
+
+def llm_cfg(server: OpenAITestServer) -> LLMConfig:
+    return LLMConfig(backend="openai", model="test-model", base_url=server.base_url,
+                     api_key_env="MEMSYS_TEST_KEY_UNSET", timeout_s=5.0, max_retries=0, cache=False)
+
+
+def test_without_names_drops_speaker_names_and_possessives():
+    assert without_names("What did Melanie's kids and Caroline like?", {"Caroline", "Melanie"}) == "What did kids and like?"
+
+
+def test_speaker_margin_is_negative_when_another_speaker_said_it():
+    def cand(mid: str, speaker: str, text: str) -> RankedCandidate:
+        return RankedCandidate(MAU(mid, text, speaker=speaker), 0.5, {"dense"})
+
+    vocab = ["race", "charity", "pottery", "bowl"]
+
+    def embed(texts: list[str]) -> np.ndarray:  # bag of words over a tiny vocabulary, unit rows
+        v = np.array([[float(w in t.lower()) for w in vocab] for t in texts]) + 1e-6
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    cands = [cand("a", "Caroline", "I ran a charity race"), cand("b", "Melanie", "I made a pottery bowl")]
+    speakers = {"Caroline", "Melanie"}
+    assert speaker_margin("What race did Melanie run for charity?", cands, speakers, embed) < -0.5
+    assert speaker_margin("What race did Caroline run for charity?", cands, speakers, embed) > 0.5
+    assert speaker_margin("Who ran a charity race?", cands, speakers, embed) is None  # nobody named
+    assert speaker_margin("Did Caroline and Melanie race?", cands, speakers, embed) is None  # everybody
+
+
+def test_retrieval_abstention_empties_the_context_and_skips_the_reader(tmp_path, embedder, openai_server,
+                                                                        monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=OVERRIDES)
+    mem.add(TURNS)
+    trap = mem.retrieve("What charity race did Melanie run for mental health?")
+    assert trap.context.items == [] and "another speaker" in trap.context.abstain_reason
+    assert all(reason.startswith("abstained: ") for _, reason in trap.context.dropped)
+    fair = mem.retrieve("What charity race did Caroline run for mental health?")
+    assert fair.context.abstain_reason is None and fair.context.items[0].mau.id == "D1:1"
+    openai_server.enqueue(Reply.of_json({"answer": "mental health"}))
+    with LLMClient(llm_cfg(openai_server)) as llm:
+        assert answer_question(llm, trap.query, trap.context, mem.cfg.answer).text == ABSTAIN_TEXT
+        assert openai_server.chat_requests == []  # the reader was not asked
+        assert answer_question(llm, fair.query, fair.context, mem.cfg.answer).text == "mental health"
+    assert "(no memories)" in build_messages(trap.query, trap.context, mem.cfg.answer)[1]["content"]
+    mem.close()
+
+
+@pytest.mark.parametrize("supported, expected", [(False, ABSTAIN_TEXT), (True, "pottery")])
+def test_reader_abstains_through_its_supported_field(supported, expected, tmp_path, embedder, openai_server,
+                                                     monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.graph.enabled=false", "memory.answer.abstain=reader"])
+    mem.add(TURNS)
+    ctx = mem.context("What does Melanie make?")
+    openai_server.enqueue(Reply.of_json({"answer": "pottery", "supported": supported}))
+    with LLMClient(llm_cfg(openai_server)) as llm:
+        assert answer_question(llm, "What does Melanie make?", ctx, mem.cfg.answer).text == expected
+    body = openai_server.chat_requests[0]
+    assert body["response_format"]["json_schema"]["schema"]["required"] == ["answer", "supported"]
+    assert '"supported" is false when no memory states the answer' in body["messages"][-1]["content"]
+    mem.close()

@@ -1,0 +1,31 @@
+"""``memsys ask``: answer from a store with the configured reader, print the answer and its context."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime
+
+from memsys.cli import cmd_ask
+from memsys.memory import Memory
+from memsys.records import Turn
+from tests.support.openai_server import Reply, openai_server  # noqa: F401  (fixture)
+
+TS = datetime(2023, 5, 8, 13, 56)
+
+
+def test_ask_prints_the_readers_answer_and_the_context_lines_it_was_given(tmp_path, embedder, openai_server,
+                                                                           monkeypatch, capsys):
+    monkeypatch.setenv("MEMSYS_TEST_KEY", "sk-test")
+    store = tmp_path / "s"
+    with Memory.create(store, "omni") as mem:
+        mem.add([Turn("D1:1", "Caroline", "I went to a support group yesterday.", TS, "S1"),
+                 Turn("D1:2", "Melanie", "I painted a lake sunrise.", TS, "S1")])
+    openai_server.enqueue(Reply.of_json({"answer": "7 May 2023"}))
+    overrides = [f"store={store}", "llm=openai", f"llm.base_url={openai_server.base_url}", "llm.model=test-model",
+                 "llm.api_key_env=MEMSYS_TEST_KEY", "llm.cache=false", "llm.max_retries=0"]
+    assert cmd_ask(argparse.Namespace(question="When did Caroline go to the support group?", overrides=overrides)) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "7 May 2023"
+    assert "1. [8 May 2023 13:56] Caroline: I went to a support group yesterday. (yesterday = 7 May 2023)" in out
+    sent = openai_server.chat_requests[0]["messages"][-1]["content"]
+    assert "Caroline: I went to a support group yesterday." in sent and "When did Caroline" in sent
