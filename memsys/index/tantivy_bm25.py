@@ -137,9 +137,15 @@ class TantivyIndex(SparseIndex):
                 + [(tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters]
             )
         searcher = self._searcher
-        hits = searcher.search(q, k, count=False).hits
+        limit = k + 8
+        while True:  # fetch past the cut until the k-th score's ties are all in: deterministic ties
+            hits = searcher.search(q, limit, count=False).hits
+            exhausted = len(hits) < limit
+            if exhausted or hits[-1][0] < hits[k - 1][0]:
+                break
+            limit *= 4
         out = [(int(searcher.doc(addr)["pos"][0]), float(score)) for score, addr in hits]
-        return sorted((h for h in out if h[1] > 0), key=lambda h: (-h[1], h[0]))
+        return sorted((h for h in out if h[1] > 0), key=lambda h: (-h[1], h[0]))[:k]
 
     def _scope_filters(self, scope: Scope | None) -> list[tantivy.Query]:
         if scope is None:

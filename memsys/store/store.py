@@ -240,8 +240,8 @@ class MemoryStore:
     def _load_records(self, count: int) -> None:
         """All records in memory for a small store (as before); on demand above the threshold."""
         if count > self.index_cfg.lazy_records_above:
-            lazy = LazyMAUs(self._conn, self._read_lock, count, self.index_cfg.record_cache)
-            self.maus, self.positions = lazy, LazyPositions(self._conn, self._read_lock, lazy)
+            self.maus = [None] * count  # type: ignore[list-item]  # only its length, for _go_lazy
+            self._go_lazy()
             self._active = np.ones(count, bool)
             if self._has_table("mau_scope"):
                 archived = [r[0] - 1 for r in self._conn.execute("SELECT seq FROM mau_scope WHERE archived = 1")]
@@ -260,6 +260,10 @@ class MemoryStore:
             self.positions[m.id] = i
             self.maus.append(m)
         self._active = np.array([m.status != Status.ARCHIVED for m in self.maus], dtype=bool)
+
+    def _go_lazy(self) -> None:
+        lazy = LazyMAUs(self._conn, self._read_lock, len(self.maus), self.index_cfg.record_cache)
+        self.maus, self.positions = lazy, LazyPositions(self._conn, self._read_lock, lazy)
 
     def _has_table(self, name: str) -> bool:
         return self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
@@ -370,6 +374,8 @@ class MemoryStore:
                 self.positions[m.id] = base + i
                 self.maus.append(m)
             self._active = np.concatenate([self._active, [m.status != Status.ARCHIVED for m in maus]])
+            if isinstance(self.maus, list) and len(self.maus) > self.index_cfg.lazy_records_above:
+                self._go_lazy()  # a growing store stops holding every record in memory
             self.dense.add(vecs)
             if self._tantivy is not None:
                 self._tantivy.add([_indexed_text(base + i, m, self.sparse_fields) for i, m in enumerate(maus)])
@@ -508,6 +514,8 @@ class MemoryStore:
     def search_sparse(self, query: str, k: int, scope: Scope | None = None) -> list[tuple[int, float]]:
         """BM25 top-k of the store's own index (tantivy filters the scope inside its query; the
         exact in-memory BM25 of a small store scores the whole store, then keeps the scope)."""
+        if scope is not None and not scope.is_empty() and self._tantivy is not None:
+            return self._tantivy.search(query, k, scope)  # filtered inside tantivy at any size
         idx = self.sparse()
         if isinstance(idx, TantivyIndex) or scope is None or scope.is_empty():
             return idx.search(query, k, scope) if isinstance(idx, TantivyIndex) else idx.search(query, k)
