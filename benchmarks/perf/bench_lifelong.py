@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -156,16 +157,41 @@ def evaluate(store: MemoryStore, qvecs, planted, scope: Scope | None) -> dict[st
             "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)}
 
 
-def ann_recall(store: MemoryStore, qvecs) -> float | None:
-    if store.dense.kind == "flat":
-        return None
-    vecs = store.dense.vectors()
-    hits = []
-    for v in list(qvecs.values())[:100]:
-        exact = {p for p, _ in top_k_exact(vecs, v, K)}
-        got = {p for p, _ in store.dense.search(v, K)}
-        hits.append(len(exact & got) / K)
-    return float(np.mean(hits))
+def ann_recall(dense, queries: list[np.ndarray]) -> list[dict[str, Any]]:
+    """Recall@20 of the ANN index against exact search, and its latency, over its search knob
+    (IVF nprobe / HNSW efSearch); the configured value is marked."""
+    if dense.kind == "flat":
+        return []
+    vecs = dense.vectors() if dense.kind == "hnsw" else None
+    exact = []
+    for v in queries:
+        if vecs is None:  # IVF keeps vectors in lists: one exact pass over a flat copy, in chunks
+            exact.append(_exact_ivf(dense, v))
+        else:
+            exact.append({p for p, _ in top_k_exact(vecs, v, K)})
+    knob = "ivf_nprobe" if dense.kind == "ivf" else "hnsw_ef_search"
+    configured = getattr(dense.cfg, knob)
+    out = []
+    for value in sorted({16, 32, 64, 128, 256, configured}):
+        dense.cfg = replace(dense.cfg, **{knob: value})
+        lat, hits = [], []
+        for v, ex in zip(queries, exact):
+            t0 = time.perf_counter()
+            got = {p for p, _ in dense.search(v, K)}
+            lat.append((time.perf_counter() - t0) * 1e3)
+            hits.append(len(ex & got) / K)
+        out.append({knob: value, "configured": value == configured, "recall_at_20": float(np.mean(hits)),
+                    "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)})
+    dense.cfg = replace(dense.cfg, **{knob: configured})
+    return out
+
+
+def _exact_ivf(dense, v: np.ndarray, chunk: int = 100_000) -> set[int]:
+    best: list[tuple[int, float]] = []
+    for s in range(0, len(dense), chunk):
+        part = dense._index.reconstruct_n(s, min(chunk, len(dense) - s))
+        best = sorted(best + [(p + s, sc) for p, sc in top_k_exact(part, v, K)], key=lambda h: -h[1])[:K]
+    return {p for p, _ in best}
 
 
 def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str, Any]:
@@ -180,7 +206,7 @@ def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str,
     out["dense_kind"] = store.dense.kind
     out["unscoped"] = evaluate(store, qvecs, planted, None)
     out["scoped_to_planted"] = evaluate(store, qvecs, planted, Scope(conversation=planted.id))
-    out["dense_ann_recall_at_20"] = ann_recall(store, qvecs)
+    out["dense_ann_sweep"] = ann_recall(store.dense, list(qvecs.values())[:100])
     store.close()
     alone = workdir / f"alone-{size}"
     ingest(alone, iter(planted_items(planted)), len(planted_items(planted)), base, cfg)

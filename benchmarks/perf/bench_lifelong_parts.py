@@ -21,6 +21,7 @@ from benchmarks.haystack import generate_haystack
 from benchmarks.perf.bench_lifelong import (
     BATCH,
     K,
+    ann_recall,
     base_vectors,
     batches,
     corpus,
@@ -64,7 +65,8 @@ def part_dense(sizes: list[int], seed: int) -> list[dict[str, Any]]:
                 lat.append((time.perf_counter() - t0) * 1e3)
                 rec.append(len(ex & {p for p, _ in got}) / K)
             out.append({"size": size, "index": idx.kind, "add_per_s": size / add_s, "add_s": add_s,
-                        "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "recall_at_20_vs_exact": float(np.mean(rec))})
+                        "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95), "recall_at_20_vs_exact": float(np.mean(rec)),
+                        "sweep": ann_recall(idx, qvecs)})
             print(out[-1], flush=True)
             del idx
     return out

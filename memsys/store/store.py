@@ -36,23 +36,20 @@ from memsys.errors import (
     StoreCorruptError,
     StoreError,
     StoreReadOnlyError,
-    StoreVersionError,
 )
 from memsys.index.dense import DenseIndex
-from memsys.index.scope import Scope, scope_fields
+from memsys.index.scope import Scope, ScopeFields, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
 from memsys.index.tantivy_bm25 import IndexedText, TantivyIndex
 from memsys.records import MAU, Status
 from memsys.store.atomic import atomic_write_json, sha256_file
 from memsys.store.codec import mau_from_json, mau_to_json
 from memsys.store.cold import ColdStore
+from memsys.store.files import MANIFEST, STORE_FORMAT, STORE_VERSION, connect_read_only, read_manifest
 from memsys.store.lazy import LazyMAUs, LazyPositions
 
 log = logging.getLogger(__name__)
 
-STORE_FORMAT = "memsys-store"
-STORE_VERSION = 1
-MANIFEST = "manifest.json"
 HOT = "hot.sqlite"
 DENSE = "dense.faiss"
 SPARSE = "sparse.json"  # written by stores before issue #16; ignored now
@@ -99,45 +96,13 @@ def _encodable_record(m: MAU) -> str:
     return record
 
 
-def _connect_read_only(hot: Path) -> sqlite3.Connection:
-    """A read-only connection, after rolling back a transaction left by a killed writer.
-
-    A read-only SQLite connection cannot replay a hot rollback journal and fails with
-    "attempt to write a readonly database"; rolling it back is what any read-write
-    open does first, and it only ever removes the uncommitted batch.
-    """
-    # as_uri() percent-escapes '?', '#' and '%' in the path (an f-string URI would not)
-    uri = f"{hot.resolve().as_uri()}?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-    journal = hot.with_name(hot.name + "-journal")
-    try:
-        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # the first read meets a hot journal
-        return conn
-    except sqlite3.OperationalError:
-        conn.close()
-        if not journal.exists():
-            raise
-    try:
-        rw = sqlite3.connect(hot, isolation_level=None)
-        try:
-            rw.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # replays the journal
-        finally:
-            rw.close()
-    except sqlite3.Error as exc:
-        raise StoreError(
-            f"{hot} has a rollback journal ({journal.name}) from a writer that was killed or is still running, "
-            f"and it cannot be recovered here ({exc}); open the store read-write once where it is writable"
-        ) from exc
-    return sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-
-
-def _scope_row(seq: int, m: MAU) -> tuple:
-    f = scope_fields(m)
+def _scope_row(seq: int, m: MAU, f: ScopeFields | None = None) -> tuple:
+    f = f or scope_fields(m)
     return (seq, f.user, f.conversation, f.ts, m.session_id, int(m.status == Status.ARCHIVED))
 
 
-def _indexed_text(pos: int, m: MAU, fields: str) -> IndexedText:
-    f = scope_fields(m)
+def _indexed_text(pos: int, m: MAU, fields: str, f: ScopeFields | None = None) -> IndexedText:
+    f = f or scope_fields(m)
     return IndexedText(pos, sparse_text(m, fields), f.user, f.conversation, f.ts)
 
 
@@ -207,13 +172,13 @@ class MemoryStore:
     @classmethod
     def open(cls, path: str | Path, *, read_only: bool = False) -> "MemoryStore":
         path = Path(path)
-        manifest = _read_manifest(path)
+        manifest = read_manifest(path)
         hot = path / HOT
         if not hot.exists():
             raise StoreCorruptError(f"store hot tier missing: {hot}")
         try:
             if read_only:
-                conn = _connect_read_only(hot)
+                conn = connect_read_only(hot)
             else:
                 conn = sqlite3.connect(hot, check_same_thread=False, isolation_level=None)
             check = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -366,7 +331,8 @@ class MemoryStore:
         rows = [(m.id, _encodable_record(m), vecs[i].tobytes()) for i, m in enumerate(maus)]
         with self._write_lock:
             base = len(self.maus)
-            scope = [_scope_row(base + i + 1, m) for i, m in enumerate(maus)]
+            fields = [scope_fields(m) for m in maus]
+            scope = [_scope_row(base + i + 1, m, f) for i, (m, f) in enumerate(zip(maus, fields))]
             self._transaction([("INSERT INTO maus (id, record, embedding) VALUES (?, ?, ?)", rows),
                                ("INSERT OR REPLACE INTO mau_scope VALUES (?, ?, ?, ?, ?, ?)", scope)])
             for i, m in enumerate(maus):
@@ -378,7 +344,8 @@ class MemoryStore:
                 self._go_lazy()  # a growing store stops holding every record in memory
             self.dense.add(vecs)
             if self._tantivy is not None:
-                self._tantivy.add([_indexed_text(base + i, m, self.sparse_fields) for i, m in enumerate(maus)])
+                self._tantivy.add([_indexed_text(base + i, m, self.sparse_fields, f)
+                                   for i, (m, f) in enumerate(zip(maus, fields))])
             self._invalidate_sparse()
             if len(self.dense) - self._saved_dense >= self.index_cfg.dense_snapshot_every:
                 self._snapshot()  # bounds what a crash makes the next open re-add
@@ -560,29 +527,3 @@ class MemoryStore:
     def files_digest(self) -> str:
         """Digest of the saved store (manifest checksums), for caches keyed on a built store."""
         return sha256_file(self.path / MANIFEST)
-
-
-def _read_manifest(path: Path) -> dict[str, Any]:
-    mpath = path / MANIFEST
-    if not path.is_dir():
-        raise StoreError(f"no memory store at {path} (not a directory)")
-    if not mpath.exists():
-        raise StoreCorruptError(f"not a memory store or half-created: {mpath} is missing")
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StoreCorruptError(f"corrupt store manifest {mpath}: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != STORE_FORMAT:
-        raise StoreCorruptError(f"{mpath} is not a memsys store manifest (format={manifest.get('format') if isinstance(manifest, dict) else None!r})")
-    if manifest.get("version") != STORE_VERSION:
-        raise StoreVersionError(
-            f"{mpath}: store format version {manifest.get('version')} but this memsys reads version {STORE_VERSION}; re-ingest the data"
-        )
-    embedder = manifest.get("embedder")
-    dim = embedder.get("dim") if isinstance(embedder, dict) else None
-    if not isinstance(dim, int) or dim <= 0:
-        raise StoreCorruptError(f"{mpath} has no valid embedder.dim (got {dim!r})")
-    index = manifest.get("index")
-    if index is not None and (not isinstance(index, dict) or set(index) - set(IndexConfig.__dataclass_fields__)):
-        raise StoreCorruptError(f"{mpath} has an unknown index section {index!r}")
-    return manifest
