@@ -21,8 +21,8 @@ def main() -> None:
     ap.add_argument("inputs", nargs="+")
     ap.add_argument("--out", default="docs/lifelong_growth.png")
     args = ap.parse_args()
-    points = sorted((p for f in args.inputs for p in json.loads(Path(f).read_text()).get("lifelong", [])),
-                    key=lambda p: p["size"])
+    by_size = {p["size"]: p for f in args.inputs for p in json.loads(Path(f).read_text()).get("lifelong", [])}
+    points = [by_size[s] for s in sorted(by_size)]  # a later file's point replaces an earlier one of its size
     sizes = [p["size"] for p in points]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     ax1.plot(sizes, [p["unscoped"]["evidence_recall_at_20"] for p in points], "o-", label="in the haystack")

@@ -54,6 +54,7 @@ HOT = "hot.sqlite"
 DENSE = "dense.faiss"
 SPARSE = "sparse.json"  # written by stores before issue #16; ignored now
 TANTIVY = "sparse.tantivy"
+QUICK_CHECK_MAX_BYTES = 256 * 2**20  # hot tiers up to this size are fully checked on open
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -181,9 +182,13 @@ class MemoryStore:
                 conn = connect_read_only(hot)
             else:
                 conn = sqlite3.connect(hot, check_same_thread=False, isolation_level=None)
-            check = conn.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise sqlite3.DatabaseError(check)
+            # quick_check reads every page: most of a large store's open time (measured: 0.76 of 1.0 s
+            # at 100k MAUs, about a minute at 1M); above the limit only the schema is read, and
+            # damaged pages surface as StoreCorruptError when they are read
+            check = conn.execute("PRAGMA quick_check" if hot.stat().st_size <= QUICK_CHECK_MAX_BYTES
+                                 else "SELECT 'ok' FROM sqlite_master LIMIT 1").fetchone()
+            if check is None or check[0] != "ok":
+                raise sqlite3.DatabaseError(check[0] if check else "empty schema")
             if not read_only:
                 conn.executescript(_SCHEMA)
             count, top = conn.execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM maus").fetchone()
