@@ -206,6 +206,29 @@ class AnswerConfig:
 
 
 @dataclass
+class IndexConfig:
+    """Which index serves a store of a given size (issue #16; infrastructure, not a quality lever).
+
+    Thresholds and parameters were measured with benchmarks/perf/bench_lifelong.py (docs/figures.md,
+    "Lifelong scale"). Below the thresholds a store searches exactly, as it always did.
+    """
+
+    dense_ann: str = "ivf"  # approximate FAISS index above dense_flat_max: hnsw | ivf | none (flat forever)
+    dense_flat_max: int = 50_000  # exact flat index up to this many MAUs, then the ANN index
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 40
+    hnsw_ef_search: int = 96
+    ivf_nlist: int = 4096
+    ivf_nprobe: int = 128
+    dense_snapshot_every: int = 100_000  # MAUs added between dense snapshots: bounds the catch-up after a crash
+    scope_exact_max: int = 50_000  # a scoped dense query over at most this many MAUs scans them exactly
+    sparse_incremental: bool = True  # keep a durable tantivy BM25 index, updated per batch
+    sparse_exact_max: int = 20_000  # up to this many MAUs the in-memory exact BM25 (retrieval.sparse_backend) answers
+    lazy_records_above: int = 50_000  # above this many MAUs records load on demand (small open time and memory)
+    record_cache: int = 50_000  # records kept in memory by a lazily loaded store
+
+
+@dataclass
 class MemoryConfig:
     name: str = "omni"
     embedder: EmbedderConfig = field(default_factory=EmbedderConfig)
@@ -214,6 +237,7 @@ class MemoryConfig:
     pyramid: PyramidConfig = field(default_factory=PyramidConfig)
     graph: GraphConfig = field(default_factory=GraphConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
 
 
 @dataclass

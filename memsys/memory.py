@@ -56,11 +56,8 @@ class Memory:
         if self.embedder.dim != store.dim:
             raise ConfigError(f"embedder dim {self.embedder.dim} != store dim {store.dim} ({store.path})")
         self._gate = TextNoveltyGate(cfg.ingest.text)
-        self._gate.seed([m.summary for m in store.maus])
-        self._last_in_session: dict[str, str] = {}
-        for m in store.maus:
-            if m.session_id:
-                self._last_in_session[m.session_id] = m.id
+        self._gate.seed(store.recent_summaries(cfg.ingest.text.window))
+        self._last_in_session: dict[str, str] = store.last_in_sessions()
         self._graph = None
         self._retriever: Retriever | None = None
         self._lock = threading.Lock()
@@ -74,7 +71,7 @@ class Memory:
         store = MemoryStore.create(
             path, embedder_name=emb.name, dim=emb.dim,
             sparse_backend=cfg.retrieval.sparse_backend, sparse_fields=cfg.retrieval.sparse_fields,
-            extra={"memory_config": to_container(cfg)},
+            index=cfg.index, extra={"memory_config": to_container(cfg)},
         )
         return cls(store, cfg, emb)
 

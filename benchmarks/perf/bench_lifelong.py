@@ -1,0 +1,266 @@
+"""Lifelong scale (issue #16): a memory of 10k..1M MAUs built from the haystack generator.
+
+Parts (``--parts``, each writes its section of the JSON):
+- ``dense``: flat vs HNSW vs IVF on the haystack's vectors: add rate, query p50, recall@20 vs exact.
+- ``sparse``: SQLite FTS5 bm25, tantivy and segmented bm25s vs exact BM25 (bm25s, lucene, k1 1.2,
+  b 0.75, same tokens): add rate, query p50/p95, top-20 overlap.
+- ``lifelong``: per size, in a fresh child process: ingest without embedding (novelty gate + hot
+  tier + both indexes), store open time, peak RSS, hybrid retrieval p50/p95 (query embedding
+  excluded), dense ANN recall@20 vs exact, and the planted conversation's evidence recall@20
+  unscoped and scoped to it, against the same conversation stored alone.
+- ``embed``: MiniLM raw throughput vs ingest through ``Memory.add`` on the same texts (fresh caches).
+- ``crash``: a writer child SIGKILLed at random points; every reopen checked.
+
+Vectors: the 1M points use SYNTHETIC vectors (embedding 1M texts with MiniLM on 2 shared cores
+would take hours): each distractor gets the real MiniLM vector of its source turn plus Gaussian
+noise (cosine ~0.9 to it, renormalized); planted turns and questions use their real vectors.
+
+Usage: ``python benchmarks/perf/bench_lifelong.py --sizes 10000,100000,1000000 --parts lifelong``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a plain script
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from benchmarks.datasets.locomo import load_locomo  # noqa: E402
+from benchmarks.datasets.memgallery import load_memgallery  # noqa: E402
+from benchmarks.haystack import HaystackItem, distractor_sources, generate_haystack, planted_items  # noqa: E402
+from benchmarks.metrics.retrieval import evidence_recall_at_k  # noqa: E402
+from harness.atomic import atomic_write_json  # noqa: E402
+from memsys.config import EmbedderConfig, IndexConfig, TextNoveltyConfig  # noqa: E402
+from memsys.embed import make_embedder  # noqa: E402
+from memsys.index.dense import top_k_exact  # noqa: E402
+from memsys.index.scope import Scope  # noqa: E402
+from memsys.ingest.text_gate import TextNoveltyGate  # noqa: E402
+from memsys.records import MAU  # noqa: E402
+from memsys.retrieve.merge import merge_set_union  # noqa: E402
+from memsys.store.store import MemoryStore  # noqa: E402
+
+K = 20
+NOISE_SIGMA = 0.0247  # per-dimension noise: cosine ~0.9 between a distractor and its source turn (384-d)
+BATCH = 1000
+
+
+def corpus(seed: int):
+    lo, mg = load_locomo(), load_memgallery()
+    planted = lo.conversations[0]
+    return planted, distractor_sources([lo, mg], planted.id)
+
+
+def base_vectors(planted, sources) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Real MiniLM vectors of every source turn, planted turn and planted question (cached by text)."""
+    emb = make_embedder(EmbedderConfig())
+    texts: dict[str, str] = {}
+    for conv in [planted, *sources]:
+        for it in planted_items(conv):
+            texts[it.source_key] = it.text
+    keys = list(texts)
+    vecs = emb.embed([texts[k] for k in keys])
+    qs = [q for q in planted.questions if q.evidence and q.category in ("1", "2", "3", "4")]
+    qv = emb.embed([q.question for q in qs])
+    return dict(zip(keys, vecs)), {q.id: v for q, v in zip(qs, qv)}
+
+
+def item_vectors(items: list[HaystackItem], base: dict[str, np.ndarray], start: int) -> np.ndarray:
+    out = np.stack([base[it.source_key] for it in items]).astype(np.float32)
+    noisy = np.array([not it.planted for it in items])
+    if noisy.any():
+        rng = np.random.default_rng(start)
+        out[noisy] += rng.normal(0, NOISE_SIGMA, (int(noisy.sum()), out.shape[1])).astype(np.float32)
+        out /= np.linalg.norm(out, axis=1, keepdims=True)
+    return out
+
+
+def to_mau(it: HaystackItem, vec: np.ndarray) -> MAU:
+    return MAU(it.id, it.text, timestamp=it.timestamp, session_id=it.conversation,
+               details={"user": it.user, "conversation": it.conversation}, embedding=vec)
+
+
+def batches(items: Iterator[HaystackItem], n: int) -> Iterator[list[HaystackItem]]:
+    buf: list[HaystackItem] = []
+    for it in items:
+        buf.append(it)
+        if len(buf) == n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+# ------------------------------------------------------------------ lifelong (one size per child)
+def ingest(path: Path, items: Iterator[HaystackItem], size: int, base, cfg: IndexConfig) -> dict[str, Any]:
+    store = MemoryStore.create(path, embedder_name="all-MiniLM-L6-v2", dim=384, index=cfg)
+    gate = TextNoveltyGate(TextNoveltyConfig())
+    vec_s = gate_s = store_s = 0.0
+    rejected = 0
+    for start, batch in enumerate(tqdm(batches(items, BATCH), total=-(-size // BATCH), desc=f"ingest {size}")):
+        t0 = time.perf_counter()
+        vecs = item_vectors(batch, base, start)
+        t1 = time.perf_counter()
+        keep = []
+        for it, v in zip(batch, vecs):
+            if gate.check(it.text).accepted:
+                keep.append(to_mau(it, v))
+            else:
+                rejected += 1
+        t2 = time.perf_counter()
+        store.add(keep)
+        t3 = time.perf_counter()
+        vec_s, gate_s, store_s = vec_s + t1 - t0, gate_s + t2 - t1, store_s + t3 - t2
+    t0 = time.perf_counter()
+    store.save()
+    save_s = time.perf_counter() - t0
+    n = len(store)
+    store.close()
+    return {"stored": n, "rejected_by_gate": rejected, "synthetic_vector_s": vec_s, "gate_s": gate_s,
+            "store_and_index_s": store_s, "save_s": save_s,
+            "maus_per_s_without_embedding": size / (gate_s + store_s + save_s)}
+
+
+def evaluate(store: MemoryStore, qvecs, planted, scope: Scope | None) -> dict[str, Any]:
+    lat, recalls = [], []
+    for q in planted.questions:
+        if q.id not in qvecs:
+            continue
+        t0 = time.perf_counter()
+        dense = store.search_dense(qvecs[q.id], K, scope)
+        sparse = store.search_sparse(q.question, K, scope)
+        merged = merge_set_union(dense, sparse, K)
+        ids = [store.maus[c.position].id for c in merged]
+        lat.append((time.perf_counter() - t0) * 1e3)
+        # distractor hits keep their rank: recall@20 is over the first 20 of the merged list
+        ranked = [i.split("/", 1)[1] if i.startswith("planted/") else f"x{j}" for j, i in enumerate(ids)]
+        r = evidence_recall_at_k(ranked, list(q.evidence), K)
+        if r is not None:
+            recalls.append(r)
+    return {"questions": len(recalls), "evidence_recall_at_20": float(np.mean(recalls)),
+            "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)}
+
+
+def ann_recall(dense, queries: list[np.ndarray]) -> list[dict[str, Any]]:
+    """Recall@20 of the ANN index against exact search, and its latency, over its search knob
+    (IVF nprobe / HNSW efSearch); the configured value is marked."""
+    if dense.kind == "flat":
+        return []
+    vecs = dense.vectors() if dense.kind == "hnsw" else None
+    exact = []
+    for v in queries:
+        if vecs is None:  # IVF keeps vectors in lists: one exact pass over a flat copy, in chunks
+            exact.append(_exact_ivf(dense, v))
+        else:
+            exact.append({p for p, _ in top_k_exact(vecs, v, K)})
+    knob = "ivf_nprobe" if dense.kind == "ivf" else "hnsw_ef_search"
+    configured = getattr(dense.cfg, knob)
+    out = []
+    for value in sorted({16, 32, 64, 128, 256, configured}):
+        dense.cfg = replace(dense.cfg, **{knob: value})
+        lat, hits = [], []
+        for v, ex in zip(queries, exact):
+            t0 = time.perf_counter()
+            got = {p for p, _ in dense.search(v, K)}
+            lat.append((time.perf_counter() - t0) * 1e3)
+            hits.append(len(ex & got) / K)
+        out.append({knob: value, "configured": value == configured, "recall_at_20": float(np.mean(hits)),
+                    "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)})
+    dense.cfg = replace(dense.cfg, **{knob: configured})
+    return out
+
+
+def _exact_ivf(dense, v: np.ndarray, chunk: int = 100_000) -> set[int]:
+    best: list[tuple[int, float]] = []
+    for s in range(0, len(dense), chunk):
+        part = dense._index.reconstruct_n(s, min(chunk, len(dense) - s))
+        best = sorted(best + [(p + s, sc) for p, sc in top_k_exact(part, v, K)], key=lambda h: -h[1])[:K]
+    return {p for p, _ in best}
+
+
+def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str, Any]:
+    planted, sources = corpus(seed)
+    base, qvecs = base_vectors(planted, sources)
+    out: dict[str, Any] = {"size": size}
+    path = workdir / f"store-{size}"
+    out["ingest"] = ingest(path, generate_haystack(size, planted, sources, seed), size, base, cfg)
+    t0 = time.perf_counter()
+    store = MemoryStore.open(path)
+    out["open_s"] = time.perf_counter() - t0
+    out["dense_kind"] = store.dense.kind
+    out["unscoped"] = evaluate(store, qvecs, planted, None)
+    out["scoped_to_planted"] = evaluate(store, qvecs, planted, Scope(conversation=planted.id))
+    out["dense_ann_sweep"] = ann_recall(store.dense, list(qvecs.values())[:100])
+    store.close()
+    alone = workdir / f"alone-{size}"
+    ingest(alone, iter(planted_items(planted)), len(planted_items(planted)), base, cfg)
+    store = MemoryStore.open(alone)
+    out["alone"] = evaluate(store, qvecs, planted, None)
+    store.close()
+    out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return out
+
+
+def part_lifelong(sizes: list[int], seed: int) -> list[dict[str, Any]]:
+    results = []
+    for size in sizes:  # one child per size: a clean peak RSS and no page cache of our own
+        with tempfile.TemporaryDirectory(prefix="lifelong-", dir="/tmp") as tmp:
+            out = Path(tmp) / "out.json"
+            subprocess.run([sys.executable, __file__, "--child-size", str(size), "--seed", str(seed),
+                            "--workdir", tmp, "--out", str(out)], check=True)
+            results.append(json.loads(out.read_text()))
+            print(json.dumps(results[-1], indent=1), flush=True)
+    return results
+
+
+# ------------------------------------------------------------------ main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--parts", default="lifelong")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/bench/lifelong.json")
+    ap.add_argument("--child-size", type=int)
+    ap.add_argument("--workdir")
+    args = ap.parse_args()
+    if args.child_size:
+        atomic_write_json(Path(args.out), run_size(args.child_size, args.seed, Path(args.workdir), IndexConfig()))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    report: dict[str, Any] = {"when": datetime.now(timezone.utc).isoformat(), "host": platform.node(),
+                              "cpus": 2, "load_avg_start": list(__import__("os").getloadavg()),
+                              "sizes": sizes, "seed": args.seed, "synthetic_vectors": True,
+                              "noise_sigma": NOISE_SIGMA, "index_config": IndexConfig().__dict__}
+    out = Path(args.out)
+    if out.exists():
+        report = {**json.loads(out.read_text()), **{k: v for k, v in report.items() if k != "when"}}
+    for part in args.parts.split(","):
+        if part == "lifelong":
+            report["lifelong"] = part_lifelong(sizes, args.seed)
+        else:
+            from benchmarks.perf import bench_lifelong_parts as parts
+
+            report[part] = getattr(parts, f"part_{part}")(sizes, args.seed)
+        report["load_avg_end"] = list(__import__("os").getloadavg())
+        atomic_write_json(out, report)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
