@@ -44,16 +44,22 @@ def run_sweep_command(sweep: list[str], base: list[str], executor: str, sweep_id
 
     argv = [sys.executable, "-m", "launcher.main", "eval", "--sweep-id", sweep_id, *sweep, *base,
             f"research.executor={executor}", *extra]
+    timing = timed_command(argv, f"{executor} sweep")
+    frame = pd.read_csv(runs_dir() / sweep_id / "comparison.csv")
+    return {"executor": executor, **timing, "configs": frame.drop(columns=["run_id"]).to_dict("records")}
+
+
+def timed_command(argv: list[str], what: str) -> dict[str, Any]:
+    """Run one command to the end; its wall time and the machine's load around it (the figures say
+    how busy the 2 cores were)."""
     load_before = os.getloadavg()
     started = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        raise SystemExit(f"{executor} sweep failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    frame = pd.read_csv(runs_dir() / sweep_id / "comparison.csv")
-    return {"executor": executor, "command": " ".join(argv[1:]), "wall_s": round(wall, 2),
-            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
-            "configs": frame.drop(columns=["run_id"]).to_dict("records")}
+        raise SystemExit(f"{what} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return {"command": " ".join(argv[1:]), "wall_s": round(wall, 2), "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
 LOOP_BASE = ["memory=naive", "reader=none", "sample=tiny", "research.proposer=optuna", "research.budget.experiments=4",
@@ -69,17 +75,11 @@ def run_loop_command(k: int, stamp: str, extra: list[str]) -> dict[str, Any]:
     repo = make_scratch_repo(runs_dir() / "bench" / f"{run_id}-repo")
     argv = [sys.executable, "-m", "launcher.main", "run", *LOOP_BASE, f"research.parallel={k}", f"research.repo={repo}",
             f"run_id={run_id}", *extra]
-    load_before = os.getloadavg()
-    started = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"K={k} run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    timing = timed_command(argv, f"K={k} run")
     state = json.loads((runs_dir() / run_id / "state.json").read_text())
     records, _ = read_trajectory(runs_dir() / run_id)
-    return {"parallel": k, "command": " ".join(argv[1:]), "wall_s": round(wall, 2), "elapsed_s": round(state["elapsed_s"], 2),
-            "evaluated": state["evaluated"], "experiments_per_hour": round(3600 * state["evaluated"] / state["elapsed_s"], 2),
-            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+    return {"parallel": k, **timing, "elapsed_s": round(state["elapsed_s"], 2), "evaluated": state["evaluated"],
+            "experiments_per_hour": round(3600 * state["evaluated"] / state["elapsed_s"], 2),
             "records": [{"id": r.experiment_id, "decision": r.decision, "value": r.objective_value} for r in records]}
 
 

@@ -19,14 +19,13 @@ from research.frames import (
 )
 from research.report import main_report
 from research.trajectory import DISCOVERY_TYPES, ExperimentRecord, append_record, load_frame
+from tests.support.records import make_record
 
 
 def rec(index: int, decision: str, value: float | None, dtype: str | None = None, best_before: float | None = None,
         **kw) -> ExperimentRecord:
-    delta = None if value is None or best_before is None else value - best_before
-    return ExperimentRecord(run_id="run-f", index=index, experiment_id=f"exp-{index:03d}", proposer="optuna",
-                            parent_commit="c0", decision=decision, discovery_type=dtype, objective="context_recall",
-                            objective_value=value, best_before=best_before, delta=delta, **kw)
+    return make_record(index, decision, value, dtype, best_before, run_id="run-f", proposer="optuna", objective="context_recall",
+                       **kw)
 
 
 @pytest.fixture

@@ -26,14 +26,13 @@ from research.taxonomy import (
     taxonomy_table,
 )
 from research.trajectory import DISCOVERY_TYPES, ExperimentRecord
+from tests.support.records import make_record
 
 
 def rec(index: int, decision: str, value: float | None, dtype: str | None = None, best_before: float | None = None,
         **kw) -> ExperimentRecord:
-    delta = None if value is None or best_before is None else value - best_before
-    return ExperimentRecord(run_id="run-t", index=index, experiment_id=f"exp-{index:03d}", proposer="llm",
-                            parent_commit="c0", decision=decision, discovery_type=dtype, objective="all_honest",
-                            objective_value=value, best_before=best_before, delta=kw.pop("delta", delta), **kw)
+    return make_record(index, decision, value, dtype, best_before, run_id="run-t", proposer="llm", objective="all_honest",
+                       **kw)
 
 
 @pytest.fixture
