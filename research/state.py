@@ -86,7 +86,7 @@ class LoopState:
             self.evaluated += 1
         if rec.decision == "not_taken":  # a round's other candidate: measured and spent, the round decided elsewhere
             return
-        if rec.notes and rec.decision != "not_taken":
+        if rec.notes:
             self.last_rule = rec.notes.split("; ")[-1]
         handler = {"baseline": self._best, "proceed": self._best, "pivot": self._pivot, "iterate": self._iterate}
         if rec.decision in handler:
