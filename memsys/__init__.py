@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Memory", "MemoryConfig", "LLMConfig", "compose_config", "Turn", "MAU", "Modality"]
+__all__ = ["Memory", "MemoryConfig", "LLMConfig", "compose_config", "Turn", "MAU", "Modality", "Scope"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,6 +25,10 @@ def __getattr__(name: str) -> Any:
         from memsys.config import compose
 
         return compose
+    if name == "Scope":
+        from memsys.index.scope import Scope
+
+        return Scope
     if name in ("Turn", "MAU", "Modality"):
         from memsys import records
 

@@ -21,11 +21,43 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("search", help="query a store and print ranked items with level and score")
     p.add_argument("query")
     p.add_argument("-n", type=int, default=10, help="items to print")
+    _scope_args(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("ask", help="answer a question from a store with the configured reader (llm=...)")
     p.add_argument("question")
+    _scope_args(p)
     p.set_defaults(func=cmd_ask)
+
+
+def _scope_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scope (applied inside the index query)")
+    g.add_argument("--user", help="only this user's memories (a MAU's details.user)")
+    g.add_argument("--conversation", help="only this conversation (details.conversation, else the session id)")
+    g.add_argument("--since", help="only memories at or after this time (ISO 8601, e.g. 2023-05-01)")
+    g.add_argument("--until", help="only memories at or before this time (ISO 8601; a bare date means its end)")
+
+
+def _scope(args: argparse.Namespace):
+    """The query scope named by the flags, or None; a bad date is a one-line InputError."""
+    from datetime import datetime, time
+
+    from memsys.errors import InputError
+    from memsys.index.scope import Scope
+
+    def when(text: str | None, flag: str, *, end: bool) -> datetime | None:
+        if text is None:
+            return None
+        try:
+            ts = datetime.fromisoformat(text)
+        except ValueError:
+            raise InputError(f"--{flag} {text!r} is not an ISO 8601 date or time (e.g. 2023-05-01)") from None
+        return datetime.combine(ts.date(), time.max) if end and len(text) <= 10 else ts
+
+    flag = {k: getattr(args, k, None) for k in ("user", "conversation", "since", "until")}  # callers may omit them
+    scope = Scope(user=flag["user"], conversation=flag["conversation"],
+                  start=when(flag["since"], "since", end=False), end=when(flag["until"], "until", end=True))
+    return None if scope.is_empty() else scope
 
 
 def _cfg(overrides: Sequence[str]):
@@ -68,7 +100,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     cfg, mcfg = _cfg(args.overrides)
     overrides_given = any(o.startswith("memory") for o in args.overrides)
     mem = Memory.open(cfg.store, mcfg if overrides_given else None, read_only=True)
-    r = mem.retrieve(args.query)
+    r = mem.retrieve(args.query, scope=_scope(args))
     table = Table(title=f"{args.query}  ({r.context.total_tokens} tokens, {len(r.items)} items)")
     for col in ("#", "level", "sim", "via", "when", "who", "text"):
         table.add_column(col, overflow="fold")
@@ -91,11 +123,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from memsys.memory import Memory
 
     cfg, mcfg = _cfg(args.overrides)
+    scope = _scope(args)
     overrides_given = any(o.startswith("memory") for o in args.overrides)
     llm_cfg = validate(LLMConfig, cfg.llm, where="llm config")
     console = Console()
     with Memory.open(cfg.store, mcfg if overrides_given else None, read_only=True) as mem, open_llm(llm_cfg) as llm:
-        context = mem.retrieve(args.question).context
+        context = mem.retrieve(args.question, scope=scope).context
         ans = answer_question(llm, args.question, context, mem.cfg.answer)
     console.print(f"[bold]{ans.text}[/]")
     console.print(f"[dim]{context.total_tokens} context tokens, {ans.prompt_tokens} prompt tokens, "

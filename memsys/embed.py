@@ -58,31 +58,44 @@ def default_minilm_path() -> Path:
 
 
 class SentenceTransformerEmbedder(Embedder):
-    """sentence-transformers backend; thread-safe through a lock around encode."""
+    """sentence-transformers backend; thread-safe through a lock around encode.
+
+    The model loads on the first text to encode, not here: importing sentence-transformers and
+    torch costs ~5 s per process, and an evaluation whose texts are all in the embedding cache
+    (most of the research loop's) never needs it. The folder is checked now, the dimension on load.
+    """
 
     def __init__(self, cfg: EmbedderConfig):
+        path = Path(cfg.model_path) if cfg.model_path else default_minilm_path()
+        if not path.exists():
+            raise ModelError(f"embedding model folder not found: {path}")
+        self._path, self._device = path, cfg.device
+        self.dim = int(cfg.dim)
+        self.name = cfg.model
+        self._batch = cfg.batch_size
+        self._lock = threading.Lock()
+        self._model = None
+
+    def _load(self):
+        if self._model is not None:
+            return self._model
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise MissingDependencyError("sentence-transformers is not installed: pip install -e .") from exc
-        path = Path(cfg.model_path) if cfg.model_path else default_minilm_path()
-        if not path.exists():
-            raise ModelError(f"embedding model folder not found: {path}")
         try:
-            self._model = SentenceTransformer(str(path), device=cfg.device, local_files_only=True)
+            model = SentenceTransformer(str(self._path), device=self._device, local_files_only=True)
         except Exception as exc:
-            raise ModelError(f"cannot load embedding model from {path}: {str(exc).splitlines()[0]}") from exc
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
-        if self.dim != cfg.dim:
-            raise ModelError(f"embedding model {path} has dim {self.dim}, config says {cfg.dim}")
-        self.name = cfg.model
-        self._batch = cfg.batch_size
-        self._lock = threading.Lock()
+            raise ModelError(f"cannot load embedding model from {self._path}: {str(exc).splitlines()[0]}") from exc
+        get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        if int(get_dim()) != self.dim:
+            raise ModelError(f"embedding model {self._path} has dim {int(get_dim())}, config says {self.dim}")
+        self._model = model
+        return model
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         with self._lock:
-            vecs = self._model.encode(
+            vecs = self._load().encode(
                 texts, batch_size=self._batch, convert_to_numpy=True, normalize_embeddings=True,
                 show_progress_bar=False,
             )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from memsys.config import MemoryConfig, load_memory_config, to_container, validate
 from memsys.embed import Embedder, make_embedder
 from memsys.errors import ConfigError, DuplicateIdError, InputError, StoreVersionError
+from memsys.index.scope import Scope
 from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
 from memsys.ingest.text import IngestReport, build_text_maus, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate
@@ -71,7 +72,7 @@ class Memory:
         store = MemoryStore.create(
             path, embedder_name=emb.name, dim=emb.dim,
             sparse_backend=cfg.retrieval.sparse_backend, sparse_fields=cfg.retrieval.sparse_fields,
-            index=cfg.index, extra={"memory_config": to_container(cfg)},
+            sparse_index_text=cfg.ingest.index_text.sparse, index=cfg.index, extra={"memory_config": to_container(cfg)},
         )
         return cls(store, cfg, emb)
 
@@ -228,20 +229,23 @@ class Memory:
                 r = self._retriever
         return r
 
-    def retrieve(self, query: str, *, budget_tokens: int | None = None) -> Retrieval:
+    def retrieve(self, query: str, *, budget_tokens: int | None = None, scope: Scope | None = None) -> Retrieval:
+        """``scope`` (a user, a conversation, a time range) is applied inside the index queries, so a
+        lifelong store answers one user's question from that user's memories at full depth."""
         if not isinstance(query, str) or not query.strip():
             raise InputError("empty query")
-        return self.retriever.retrieve(query, budget_tokens=budget_tokens)
+        return self.retriever.retrieve(query, budget_tokens=budget_tokens, scope=scope)
 
-    def context(self, query: str, *, budget_tokens: int | None = None) -> Context:
-        return self.retrieve(query, budget_tokens=budget_tokens).context
+    def context(self, query: str, *, budget_tokens: int | None = None, scope: Scope | None = None) -> Context:
+        return self.retrieve(query, budget_tokens=budget_tokens, scope=scope).context
 
 
-    def ask(self, question: str, llm: Any, *, budget_tokens: int | None = None) -> "Answer":
+    def ask(self, question: str, llm: Any, *, budget_tokens: int | None = None,
+            scope: Scope | None = None) -> "Answer":
         """Retrieve, then answer with the reader (a memsys.llm.LLMClient)."""
         from memsys.answer.generate import answer_question
 
-        r = self.retrieve(question, budget_tokens=budget_tokens)
+        r = self.retrieve(question, budget_tokens=budget_tokens, scope=scope)
         ans = answer_question(llm, question, r.context, self.cfg.answer)
         ans.timings_ms = dict(r.timings_ms)
         return ans

@@ -96,6 +96,10 @@ class Turn:
     session_id: str | None = None
     image_caption: str | None = None
     image_path: str | None = None
+    #: whose memory this is and which conversation it came from, when one store holds many: the scope
+    #: a query can be limited to (``Memory.retrieve(..., scope=Scope(user=...))``)
+    user: str | None = None
+    conversation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

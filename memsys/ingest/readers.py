@@ -61,7 +61,8 @@ def read_locomo_turns(path: Path, conversation: str | None = None) -> dict[str, 
 
 
 def read_jsonl_turns(path: Path) -> Iterator[Turn]:
-    """One JSON object per line: {id, speaker, text, timestamp?, session_id?, image_caption?}."""
+    """One JSON object per line: {id, speaker, text, timestamp?, session_id?, image_caption?, user?,
+    conversation?}."""
     with open(path, encoding="utf-8", errors="strict") as fh:
         for n, line in enumerate(fh, start=1):
             if not line.strip():
@@ -76,5 +77,6 @@ def read_jsonl_turns(path: Path) -> Iterator[Turn]:
                 ts = parse_datetime(o["timestamp"]) if o.get("timestamp") else None
             except InputError as exc:
                 raise DatasetError(f"{path}:{n}: {exc}") from exc
+            scope = {k: str(o[k]) for k in ("user", "conversation") if o.get(k) is not None}
             yield Turn(str(o.get("id") or f"line{n}"), str(o.get("speaker") or "user"), o["text"], ts,
-                       o.get("session_id"), o.get("image_caption"))
+                       o.get("session_id"), o.get("image_caption"), **scope)

@@ -43,14 +43,14 @@ def validate_turn(turn: Turn, where: str = "") -> Turn:
         raise InputError(f"{at}: text is {type(turn.text).__name__}, expected str")
     if not isinstance(turn.speaker, str):
         raise InputError(f"{at}: speaker is {type(turn.speaker).__name__}, expected str")
-    for name in ("session_id", "image_caption", "image_path"):
+    for name in ("session_id", "image_caption", "image_path", "user", "conversation"):
         value = getattr(turn, name)
         if value is not None and not isinstance(value, str):
             raise InputError(f"{at}: {name} is {type(value).__name__}, expected str or None")
     if not turn.text.strip() and not (turn.image_caption or "").strip():
         raise InputError(f"{at}: empty text")
     # every string lands in SQLite / cold-tier JSON as UTF-8: lone surrogates must stop here
-    for name in ("text", "speaker", "session_id", "image_caption", "image_path"):
+    for name in ("text", "speaker", "session_id", "image_caption", "image_path", "user", "conversation"):
         value = getattr(turn, name)
         try:
             (value or "").encode("utf-8")
@@ -104,6 +104,10 @@ def build_text_maus(
             details["resolved_times"] = [describe_mention(m) for m in mentions]
         if turn.image_path:
             details["image_path"] = turn.image_path
+        if turn.user is not None:
+            details["user"] = turn.user
+        if turn.conversation is not None:
+            details["conversation"] = turn.conversation
         m = MAU(
             id=turn.id,
             summary=text,

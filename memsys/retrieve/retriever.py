@@ -7,7 +7,6 @@ searches and the cold-tier reads hold no shared mutable state).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -16,15 +15,15 @@ import numpy as np
 
 from memsys.config import MemoryConfig
 from memsys.embed import Embedder
+from memsys.index.scope import Scope, in_scope, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
-from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
 from memsys.records import MAU, Modality, Status
 from memsys.retrieve.context import Context, MediaPart
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
 from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, speaker_first
 from memsys.retrieve.support import speaker_margin
-from memsys.store.store import MemoryStore, sparse_text
+from memsys.store.store import MemoryStore
 from memsys.tokens import count_tokens
 
 
@@ -61,29 +60,37 @@ class Retriever:
             raise ConfigError(f"unknown merge strategy '{rc.merge}' ({' | '.join(MERGERS)})")
         # the store is shared (threads, other retrievers): ask it for our index, never reconfigure it
         make_sparse_index(rc.sparse_backend)  # an unknown backend fails here, not at the first query
-        self._sparse: SparseIndex | None = None
-        self._sparse_lock = threading.Lock()
         self.speakers = {m.speaker for m in store.maus if m.speaker}
 
+    def _sparse_key(self) -> tuple[str, str, str]:
+        rc = self.cfg.retrieval
+        return rc.sparse_backend, rc.sparse_fields, self.cfg.ingest.index_text.sparse
+
     def sparse_index(self) -> SparseIndex:
-        """BM25 over each MAU's sparse index text. The summary-only index is the store's own (shared,
-        snapshotted); one that adds the speaker or date is built here once, since a Retriever is
-        rebuilt after every write."""
-        rc, fields = self.cfg.retrieval, self.cfg.ingest.index_text.sparse
-        if fields == LEGACY_INDEX_TEXT:
-            return self.store.sparse(rc.sparse_backend, rc.sparse_fields)
-        with self._sparse_lock:
-            if self._sparse is None:
-                idx = make_sparse_index(rc.sparse_backend)
-                idx.build([index_text(m, fields, sparse_text(m, rc.sparse_fields)) for m in self.store.maus])
-                self._sparse = idx
-            return self._sparse
+        """BM25 over each MAU's sparse index text: the store's own index when this retriever's setting is
+        the one the store was built with (durable tantivy at scale), else one the store builds in memory
+        and keeps per setting."""
+        return self.store.sparse(*self._sparse_key())
 
     # ------------------------------------------------------------------ search
+    def _sparse_hits(self, query: str, k: int, scope: Scope | None) -> list[tuple[int, float]]:
+        """BM25 top-k inside ``scope``. The store's own index filters inside its query (tantivy at
+        scale); another setting's index is exact and in memory, so it ranks the whole store and keeps
+        the scope's positions."""
+        if self.store.is_own_sparse(*self._sparse_key()):
+            return self.store.search_sparse(query, k, scope)
+        idx = self.sparse_index()
+        if scope is None:
+            return idx.search(query, k)
+        allowed = set(self.store.scope_positions(scope).tolist())
+        return [h for h in idx.search(query, len(self.store.maus)) if h[0] in allowed][:k]
+
     def search(self, query: str, query_vec: np.ndarray | None = None,
-               timings: dict[str, float] | None = None) -> list[RankedCandidate]:
-        """Merged candidates R(q) (+ graph MAUs), each with its dense similarity."""
+               timings: dict[str, float] | None = None, scope: Scope | None = None) -> list[RankedCandidate]:
+        """Merged candidates R(q), each with its dense similarity; only MAUs inside ``scope`` when given
+        (filtered inside the index queries, so a narrow scope still gets its full depth)."""
         rc = self.cfg.retrieval
+        scope = None if scope is None or scope.is_empty() else scope
         t = timings if timings is not None else {}
         want_dense, want_sparse = needs(rc.merge)
         t0 = time.perf_counter()
@@ -93,11 +100,9 @@ class Retriever:
         t["embed"] = (t1 - t0) * 1e3
         active = self.store.active_mask(rc.include_archived)
         over = 1 if active is None or active.all() else 3  # over-fetch when some MAUs are archived
-        dense = self.store.dense.search(query_vec, rc.dense_k * over) if want_dense else []
+        dense = self.store.search_dense(query_vec, rc.dense_k * over, scope) if want_dense else []
         t2 = time.perf_counter()
-        sparse = []
-        if want_sparse:
-            sparse = self.sparse_index().search(query, rc.sparse_k * over)
+        sparse = self._sparse_hits(query, rc.sparse_k * over, scope) if want_sparse else []
         t3 = time.perf_counter()
         if active is not None:
             dense = [h for h in dense if active[h[0]]][: rc.dense_k]
@@ -117,7 +122,7 @@ class Retriever:
         return out
 
     def _graph(self, query: str, query_vec: np.ndarray, cands: list[RankedCandidate],
-               timings: dict[str, float]) -> list[str]:
+               timings: dict[str, float], scope: Scope | None = None) -> list[str]:
         if self.graph is None or not self.cfg.graph.enabled:
             return []
         t0 = time.perf_counter()
@@ -129,6 +134,8 @@ class Retriever:
             have = {c.mau.id for c in cands}
             ids = [mid for mid, _ in linked if mid not in have and mid in self.store.positions][: gc.max_maus]
         graph = []
+        if scope is not None:
+            ids = [mid for mid in ids if in_scope(scope_fields(self.store.get(mid)), scope)]
         if ids:
             sims = self.store.similarity(query_vec, [self.store.positions[m] for m in ids])
             graph = [RankedCandidate(self.store.get(mid), float(s), {"graph"}, 0.0)
@@ -140,13 +147,16 @@ class Retriever:
         timings["graph"] = (time.perf_counter() - t0) * 1e3
         return facts[: gc.max_facts]
 
-    def _expand(self, query_vec: np.ndarray, cands: list[RankedCandidate]) -> list[RankedCandidate]:
+    def _expand(self, query_vec: np.ndarray, cands: list[RankedCandidate],
+                scope: Scope | None = None) -> list[RankedCandidate]:
         rc = self.cfg.retrieval
 
         def get(mid: str) -> MAU | None:
             pos = self.store.positions.get(mid)
             m = self.store.maus[pos] if pos is not None else None
-            return m if m is not None and (rc.include_archived or m.status != Status.ARCHIVED) else None
+            if m is None or (not rc.include_archived and m.status == Status.ARCHIVED):
+                return None
+            return m if scope is None or in_scope(scope_fields(m), scope) else None
 
         def sims(maus: list[MAU]) -> list[float]:
             return [float(s) for s in self.store.similarity(query_vec, [self.store.positions[m.id] for m in maus])]
@@ -155,8 +165,11 @@ class Retriever:
 
     # ------------------------------------------------------------------ retrieve
     def retrieve(self, query: str, *, budget_tokens: int | None = None,
-                 query_vec: np.ndarray | None = None) -> Retrieval:
+                 query_vec: np.ndarray | None = None, scope: Scope | None = None) -> Retrieval:
+        """Candidates, graph, expansion and the pyramid context; with ``scope``, nothing outside it
+        reaches the context by any path (index hits, graph links or neighbouring turns)."""
         timings: dict[str, float] = {}
+        scope = None if scope is None or scope.is_empty() else scope
         if query_vec is None:
             t0 = time.perf_counter()
             query_vec = self.embedder.embed_one(query)
@@ -164,10 +177,10 @@ class Retriever:
             embed_ms = timings["embed"]
         else:
             embed_ms = 0.0
-        cands = self.search(query, query_vec=query_vec, timings=timings)
+        cands = self.search(query, query_vec=query_vec, timings=timings, scope=scope)
         timings["embed"] = embed_ms
-        facts = self._graph(query, query_vec, cands, timings)
-        cands = self._expand(query_vec, cands)
+        facts = self._graph(query, query_vec, cands, timings, scope)
+        cands = self._expand(query_vec, cands, scope)
         t0 = time.perf_counter()
         pcfg = self.cfg.pyramid
         if budget_tokens is not None:

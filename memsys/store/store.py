@@ -41,6 +41,7 @@ from memsys.index.dense import DenseIndex
 from memsys.index.scope import Scope, ScopeFields, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
 from memsys.index.tantivy_bm25 import IndexedText, TantivyIndex
+from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
 from memsys.records import MAU, Status
 from memsys.store.atomic import atomic_write_json, sha256_file
 from memsys.store.codec import mau_from_json, mau_to_json
@@ -79,12 +80,15 @@ CREATE TABLE IF NOT EXISTS sparse_todo (seq INTEGER PRIMARY KEY);
 """
 
 
-def sparse_text(m: MAU, fields: str) -> str:
-    """What BM25 indexes for a MAU: its summary, and optionally the detail text."""
+def sparse_text(m: MAU, fields: str, index_fields: str = LEGACY_INDEX_TEXT) -> str:
+    """What BM25 indexes for a MAU: its summary, and optionally the detail text, headed by the
+    speaker (and date) when ``index_fields`` asks (memsys.ingest.index_text)."""
     if fields == "summary":
-        return m.summary
-    full = m.full_text
-    return m.summary if full == m.summary else f"{m.summary}\n{full}"
+        body = m.summary
+    else:
+        full = m.full_text
+        body = m.summary if full == m.summary else f"{m.summary}\n{full}"
+    return body if index_fields == LEGACY_INDEX_TEXT else index_text(m, index_fields, body)
 
 
 def _encodable_record(m: MAU) -> str:
@@ -102,9 +106,9 @@ def _scope_row(seq: int, m: MAU, f: ScopeFields | None = None) -> tuple:
     return (seq, f.user, f.conversation, f.ts, m.session_id, int(m.status == Status.ARCHIVED))
 
 
-def _indexed_text(pos: int, m: MAU, fields: str, f: ScopeFields | None = None) -> IndexedText:
+def _indexed_text(pos: int, m: MAU, fields: tuple[str, str], f: ScopeFields | None = None) -> IndexedText:
     f = f or scope_fields(m)
-    return IndexedText(pos, sparse_text(m, fields), f.user, f.conversation, f.ts)
+    return IndexedText(pos, sparse_text(m, *fields), f.user, f.conversation, f.ts)
 
 
 class MemoryStore:
@@ -117,6 +121,8 @@ class MemoryStore:
         self.dim: int = int(manifest["embedder"]["dim"])
         self.sparse_fields: str = manifest.get("sparse_fields", "summary_and_details")
         self.sparse_backend: str = manifest.get("sparse_backend", "bm25s")
+        #: the index text of the store's own BM25 index (stores from before index text: the text alone)
+        self.sparse_index_text: str = manifest.get("sparse_index_text", LEGACY_INDEX_TEXT)
         self.index_cfg = IndexConfig(**manifest.get("index", {"dense_ann": "none", "sparse_incremental": False}))
         self.cold = ColdStore(path / "cold")
         self._conn = conn
@@ -128,7 +134,7 @@ class MemoryStore:
         self._active = np.ones(0, bool)
         self.dense = DenseIndex(self.dim, self.index_cfg)
         self._tantivy: TantivyIndex | None = None
-        self._sparse: dict[tuple[str, str], SparseIndex] = {}  # (backend, fields) -> in-memory index
+        self._sparse: dict[tuple[str, str, str], SparseIndex] = {}  # (backend, fields, index text) -> in memory
         self._saved_dense = int(manifest.get("indices", {}).get("dense", {}).get("count", 0) or 0)
 
     # ----------------------------------------------------------------- create/open
@@ -141,6 +147,7 @@ class MemoryStore:
         dim: int,
         sparse_backend: str = "bm25s",
         sparse_fields: str = "summary_and_details",
+        sparse_index_text: str = LEGACY_INDEX_TEXT,
         extra: dict[str, Any] | None = None,
         index: IndexConfig | None = None,
     ) -> "MemoryStore":
@@ -157,6 +164,7 @@ class MemoryStore:
             "embedder": {"name": embedder_name, "dim": dim},
             "sparse_backend": sparse_backend,
             "sparse_fields": sparse_fields,
+            "sparse_index_text": sparse_index_text,
             "index": asdict(index or IndexConfig()),
             "count": 0,
             "indices": {},
@@ -307,10 +315,10 @@ class MemoryStore:
             self._tantivy.delete(todo, commit=False)
         start = self._tantivy.indexed_upto()
         redo = [p for p in todo if p < start]
-        self._tantivy.add([_indexed_text(p, self.maus[p], self.sparse_fields) for p in redo], commit=False)
+        self._tantivy.add([_indexed_text(p, self.maus[p], self._own_text) for p in redo], commit=False)
         for lo in range(start, len(self.maus), 20_000):
             batch = self.maus[lo: lo + 20_000]
-            self._tantivy.add([_indexed_text(lo + i, m, self.sparse_fields) for i, m in enumerate(batch)], commit=False)
+            self._tantivy.add([_indexed_text(lo + i, m, self._own_text) for i, m in enumerate(batch)], commit=False)
         self._tantivy.commit()
         if todo:
             self._transaction([("DELETE FROM sparse_todo", [()])])
@@ -349,7 +357,7 @@ class MemoryStore:
                 self._go_lazy()  # a growing store stops holding every record in memory
             self.dense.add(vecs)
             if self._tantivy is not None:
-                self._tantivy.add([_indexed_text(base + i, m, self.sparse_fields, f)
+                self._tantivy.add([_indexed_text(base + i, m, self._own_text, f)
                                    for i, (m, f) in enumerate(zip(maus, fields))])
             self._invalidate_sparse()
             if len(self.dense) - self._saved_dense >= self.index_cfg.dense_snapshot_every:
@@ -375,7 +383,7 @@ class MemoryStore:
                 self._active[p] = m.status != Status.ARCHIVED
             if self._tantivy is not None:
                 self._tantivy.delete(pos, commit=False)
-                self._tantivy.add([_indexed_text(p, m, self.sparse_fields) for p, m in zip(pos, maus)])
+                self._tantivy.add([_indexed_text(p, m, self._own_text) for p, m in zip(pos, maus)])
                 self._transaction([("DELETE FROM sparse_todo", [()])])
             self._invalidate_sparse()
 
@@ -494,20 +502,28 @@ class MemoryStore:
         allowed = set(self.scope_positions(scope).tolist())
         return [h for h in idx.search(query, len(self.maus)) if h[0] in allowed][:k]
 
-    def sparse(self, backend: str | None = None, fields: str | None = None) -> SparseIndex:
-        """The BM25 index for (backend, fields), by default the store's own. The store's own is the
-        durable tantivy index once the store outgrows ``index.sparse_exact_max``; otherwise an exact
-        in-memory index built lazily after writes and kept per setting, so retrievers configured
+    @property
+    def _own_text(self) -> tuple[str, str]:
+        return (self.sparse_fields, self.sparse_index_text)
+
+    def is_own_sparse(self, backend: str, fields: str, index_fields: str) -> bool:
+        """Whether (backend, fields, index text) is the store's own BM25 index (durable at scale)."""
+        return (backend, fields, index_fields) == (self.sparse_backend, self.sparse_fields, self.sparse_index_text)
+
+    def sparse(self, backend: str | None = None, fields: str | None = None,
+               index_fields: str | None = None) -> SparseIndex:
+        """The BM25 index for (backend, fields, index text), by default the store's own. The store's own
+        is the durable tantivy index once the store outgrows ``index.sparse_exact_max``; otherwise an
+        exact in-memory index built lazily after writes and kept per setting, so retrievers configured
         differently never swap each other's index. Safe under concurrent readers."""
-        key = (backend or self.sparse_backend, fields or self.sparse_fields)
-        own = key == (self.sparse_backend, self.sparse_fields)
-        if own and self._tantivy is not None and len(self.maus) > self.index_cfg.sparse_exact_max:
+        key = (backend or self.sparse_backend, fields or self.sparse_fields, index_fields or self.sparse_index_text)
+        if self.is_own_sparse(*key) and self._tantivy is not None and len(self.maus) > self.index_cfg.sparse_exact_max:
             return self._tantivy
         with self._sparse_lock:
             idx = self._sparse.get(key)
             if idx is None:
                 idx = make_sparse_index(key[0])
-                idx.build([sparse_text(m, key[1]) for m in self.maus])
+                idx.build([sparse_text(m, key[1], key[2]) for m in self.maus])
                 self._sparse[key] = idx
             return idx
 

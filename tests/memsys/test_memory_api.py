@@ -31,7 +31,7 @@ def test_five_line_usage(tmp_path, embedder):
 
 
 def test_public_names_are_exported():
-    assert set(memsys.__all__) == {"Memory", "MemoryConfig", "LLMConfig", "compose_config", "Turn", "MAU", "Modality"}
+    assert set(memsys.__all__) == {"Memory", "MemoryConfig", "LLMConfig", "compose_config", "Turn", "MAU", "Modality", "Scope"}
     assert memsys.MemoryConfig is MemoryConfig
     from memsys.config import LLMConfig, compose
 
