@@ -97,6 +97,20 @@ class RayConfig:
 
 
 @dataclass
+class StudyConfig:
+    """Where the Optuna study that every proposer learns from is kept (research/study.py).
+
+    ``storage`` null: in memory, rebuilt from the run's journal. Else an Optuna journal file on a
+    filesystem the drivers share (file-locked; the choice for NFS) or a database URL
+    (``sqlite:///...``, ``postgresql://...``): several ``memsys run`` drivers with the same study
+    ``name`` then learn from each other's evaluated trials.
+    """
+
+    storage: str | None = None
+    name: str | None = None  # null: <benchmark>-<split>-<sample>-<objective> (trials are comparable only then)
+
+
+@dataclass
 class ExecutionConfig:
     """Where evaluations run: the part of ``research.*`` that ``memsys eval`` reads too (configs/eval.yaml)."""
 
@@ -121,6 +135,7 @@ class ResearchConfig:
     executor: str = "local"  # local | ray: where evaluations run (proposing, deciding, scoring stay here)
     ray: RayConfig = field(default_factory=RayConfig)
     parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
+    study: StudyConfig = field(default_factory=StudyConfig)
 
     def __post_init__(self) -> None:
         ExecutionConfig(self.executor, self.ray)  # one check of the choice

@@ -354,7 +354,9 @@ class ResearchLoop:
     def _rebuild_study(self) -> Any:
         from research.study import SharedStudy
 
-        study = SharedStudy(seed=self.setup.research.seed)
+        sc, ev = self.setup.research.study, self.setup.eval
+        name = sc.name or f"{ev.benchmark.name}-{ev.eval.split}-{ev.eval.sample}-{ev.objective}"
+        study = SharedStudy(seed=self.setup.research.seed, storage=sc.storage, name=name, run_id=self.run_id)
         for rec in self.records:
             self._study_add(rec, study)
         return study
@@ -365,7 +367,7 @@ class ResearchLoop:
             return
         cfg = self.config_at(rec.commit)
         if cfg is not None:
-            study.add(cfg, rec.objective_value)
+            study.add(cfg, rec.objective_value, rec.index)
 
     # ------------------------------------------------------------------ evaluation
     def _eval_setup(self, sample: str | None, eval_run_id: str, split: str | None = None, *,

@@ -213,10 +213,10 @@ def _mlflow_parent(setup: Any, sweep_id: str, n: int) -> str | None:
     try:
         from mlflow.tracking import MlflowClient
 
-        from benchmarks.tracking import setup_mlflow
+        from benchmarks.tracking import setup_mlflow, tracking_uri
 
         exp = setup_mlflow(setup.eval.mlflow_experiment)
-        return MlflowClient().create_run(exp, run_name=sweep_id, tags={"kind": "sweep", "configs": str(n)}).info.run_id
+        return MlflowClient(tracking_uri()).create_run(exp, run_name=sweep_id, tags={"kind": "sweep", "configs": str(n)}).info.run_id
     except Exception as exc:  # noqa: BLE001 - tracking never stops an evaluation
         log.warning("MLflow parent run of the sweep not created: %s", exc)
         return None
@@ -226,7 +226,9 @@ def _mlflow_finish(parent: str, csv: Path) -> None:
     try:
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient()
+        from benchmarks.tracking import tracking_uri
+
+        client = MlflowClient(tracking_uri())
         client.log_artifact(parent, str(csv))
         client.set_terminated(parent, status="FINISHED")
     except Exception as exc:  # noqa: BLE001

@@ -59,10 +59,10 @@ def start_parent_run(setup: Any, run_id: str, base_commit: str) -> str | None:
     try:
         from mlflow.tracking import MlflowClient
 
-        from benchmarks.tracking import setup_mlflow
+        from benchmarks.tracking import setup_mlflow, tracking_uri
 
         exp = setup_mlflow(setup.eval.eval.mlflow_experiment)
-        run = MlflowClient().create_run(exp, run_name=run_id, tags={
+        run = MlflowClient(tracking_uri()).create_run(exp, run_name=run_id, tags={
             "kind": "optimization", "run_id": run_id, "proposer": setup.research.proposer,
             "benchmark": setup.eval.benchmark.name, "split": setup.eval.eval.split,
             "base_commit": base_commit, "llm_model": setup.eval.llm.model})
@@ -79,7 +79,9 @@ def log_experiment(state: Any, rec: Any, run_dir: Path, run_id: str) -> None:
     try:
         from mlflow.tracking import MlflowClient
 
-        c = MlflowClient()
+        from benchmarks.tracking import tracking_uri
+
+        c = MlflowClient(tracking_uri())
         if rec.best_before is not None or rec.decision == "baseline":
             c.log_metric(pid, "best_objective", float(state.best_value or 0.0), step=rec.index)
         exp = c.get_run(pid).info.experiment_id
@@ -110,9 +112,10 @@ def finish_parent_run(state: Any, records: list) -> None:
     try:
         from mlflow.tracking import MlflowClient
 
+        from benchmarks.tracking import tracking_uri
         from research.taxonomy import taxonomy_table
 
-        c = MlflowClient()
+        c = MlflowClient(tracking_uri())
         rows = [asdict(r) for r in taxonomy_table(records)]
         c.log_text(state.mlflow_parent_run_id, json.dumps(rows, indent=2, default=str), "taxonomy.json")
         if state.status != "running":

@@ -55,3 +55,16 @@ def locomo_path() -> Path:
     if not path.is_file():
         pytest.skip(f"LoCoMo data not found at {path} (set MEMSYS_DATA_DIR or run scripts/fetch_data.py locomo)")
     return path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow (end-to-end) tests first, the local-model ones first of all: ``scripts/test.sh`` spreads
+    the suite over the cores (pytest-xdist), and the longest jobs started first leave no long tail
+    while the short ones fill the gaps. Stable, so every worker collects the same order."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("llm"):
+            return 0
+        return 1 if item.get_closest_marker("slow") else 2
+
+    items.sort(key=rank)

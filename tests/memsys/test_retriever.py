@@ -39,6 +39,9 @@ def conv26(locomo_path):
     return turns, questions
 
 
+pytestmark = pytest.mark.xdist_group("locomo26")  # one worker ingests conv-26 once
+
+
 @pytest.fixture(scope="module")
 def locomo26(tmp_path_factory, locomo_path, embedder):
     """conv-26 ingested once with the omni preset and saved; questions embedded once."""

@@ -35,7 +35,7 @@ from research.workspace import make_scratch_repo
 from tests.support.loop import git
 from tests.support.openai_server import OpenAITestServer, Reply
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("healing")]  # one recorded run per module
 
 MERGE = "memsys/retrieve/merge.py"
 TOP = "from __future__ import annotations\n"

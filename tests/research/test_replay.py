@@ -44,6 +44,9 @@ from tests.support.loop import FORBIDDEN, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 from tests.support.report_page import Page
 
+#: one worker runs the whole module: its recorded runs (a module fixture) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("replay")
+
 MAIN = Path(__file__).resolve().parents[2]
 PRESET = "configs/memory/naive.yaml"
 SCHEMA = json.loads((MAIN / "research" / "trajectory.schema.json").read_text(encoding="utf-8"))

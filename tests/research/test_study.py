@@ -1,0 +1,82 @@
+"""The shared Optuna study (research/study.py) with a persistent storage that several drivers share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from harness.errors import ConfigError
+from memsys.config import load_memory_config
+from research.levers import resolve
+from research.study import ORIGIN, SharedStudy, open_storage
+from tests.support.loop import scripted_setup
+
+
+@pytest.fixture(scope="module")
+def naive():
+    return load_memory_config("naive")
+
+
+def _shared_trials(spec: str, name: str = "s") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=open_storage(spec)).get_trials(deepcopy=False)
+
+
+@pytest.mark.parametrize("kind", ["journal", "sqlite"])
+def test_two_drivers_learn_from_each_others_trials(tmp_path: Path, naive, kind: str) -> None:
+    spec = str(tmp_path / "study.log") if kind == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
+    a = SharedStudy(seed=0, storage=spec, name="s", run_id="run-a")
+    b = SharedStudy(seed=0, storage=spec, name="s", run_id="run-b")
+    a.add(naive, 0.2, 0)
+    a.add(resolve(naive, ["retrieval.dense_k=40", "retrieval.top_k=40"]), 0.6, 1)
+    assert b.pull() == 2 and b.study.best_trial.params["retrieval.top_k"] == 40  # b sees a's best
+    b.add(resolve(naive, ["retrieval.top_k=30", "retrieval.dense_k=30"]), 0.5, 1)
+    a.suggest(["retrieval.top_k"], 3)  # a suggestion pulls first: a now holds b's trial too
+    assert len([t for t in a.study.trials if t.value is not None]) == 3
+    shared = _shared_trials(spec)
+    # only evaluated trials reach the shared study (the asked-and-failed suggestion stays in memory)
+    assert sorted(t.user_attrs[ORIGIN] for t in shared) == ["run-a/0", "run-a/1", "run-b/1"]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in shared)
+
+
+def test_a_resumed_run_rebuilding_its_study_writes_no_trial_twice(tmp_path: Path, naive) -> None:
+    spec = str(tmp_path / "study.log")
+    first = SharedStudy(seed=0, storage=spec, name="s", run_id="run-a")
+    first.add(naive, 0.2, 0)
+    first.add(resolve(naive, ["retrieval.top_k=12"]), 0.3, 1)
+    resumed = SharedStudy(seed=0, storage=spec, name="s", run_id="run-a")  # rebuilt from the journal
+    resumed.add(naive, 0.2, 0)
+    resumed.add(resolve(naive, ["retrieval.top_k=12"]), 0.3, 1)
+    resumed.add(resolve(naive, ["retrieval.top_k=14"]), 0.35, 2)
+    assert resumed.pull() == 0  # its own trials are not pulled back in
+    assert sorted(t.user_attrs[ORIGIN] for t in _shared_trials(spec)) == ["run-a/0", "run-a/1", "run-a/2"]
+    assert len(resumed.study.trials) == 3
+
+
+def test_a_storage_that_cannot_be_opened_is_one_config_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="research.study.storage .*cannot open the journal file"):
+        SharedStudy(storage=str(tmp_path / "file" / "study.log"))
+    with pytest.raises(ConfigError, match="cannot open the database"):
+        SharedStudy(storage="nosuchdialect://x")
+
+
+@pytest.mark.slow
+def test_runs_on_one_storage_share_their_evaluated_experiments(tmp_path: Path, repo: Path, runs: Path) -> None:
+    """Two optimization runs (two drivers) with the same study storage: the second run's study starts
+    with the first run's evaluated experiments, and the storage holds each run's evaluations once."""
+    from research.loop import ResearchLoop
+
+    spec = str(tmp_path / "shared" / "study.log")
+    over = ["research.proposer=optuna", f"research.study.storage={spec}", "research.study.name=drivers"]
+    first = ResearchLoop(scripted_setup(repo, 2, *over), "driver-1")
+    first.run()
+    measured = sorted(f"driver-1/{r.index}" for r in first.records
+                      if r.objective_value is not None and r.decision not in ("failed", "rejected"))
+    assert sorted(t.user_attrs[ORIGIN] for t in _shared_trials(spec, "drivers")) == measured
+    second = ResearchLoop(scripted_setup(repo, 1, *over), "driver-2")
+    second.run()
+    assert {f"driver-1/{i.split('/')[1]}" for i in measured} <= {t.user_attrs.get(ORIGIN) for t in second.study.study.trials}
+    origins = [t.user_attrs[ORIGIN] for t in _shared_trials(spec, "drivers")]
+    assert len(origins) == len(set(origins)) and any(o.startswith("driver-2/") for o in origins)
