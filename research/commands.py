@@ -10,8 +10,8 @@ from typing import Any
 # < 15 min on 2 cores: the embedded 1.5B researcher (menu of live levers, TPE for the values) optimizes
 # the reader-free objective (evidence recall inside the reader's context, at the scorer's token budget)
 # on half of dev; a gain must pass the paired test and hold on the other half; then held-out test
-#: the quickstart's run: at most 6 evaluated experiments, and no new one after 9 minutes, so that with the
-#: first install and the held-out confirmation it ends within 15 minutes on 2 cores
+#: the quickstart's run: at most 6 evaluated experiments, and no new one after 9 minutes, aiming at 15 minutes
+#: on 2 cores with the first install and the held-out confirmation (docs/figures.md has the measured time)
 QUICKSTART = ["memory=naive", "reader=none", "sample=half", "research.proposer=hybrid",
               "research.budget.experiments=6", "research.budget.wall_time_s=540",
               "research.loop.context_budget_tokens=1500", "workers=2"]
