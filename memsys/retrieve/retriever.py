@@ -73,18 +73,6 @@ class Retriever:
         return self.store.sparse(*self._sparse_key())
 
     # ------------------------------------------------------------------ search
-    def _sparse_hits(self, query: str, k: int, scope: Scope | None) -> list[tuple[int, float]]:
-        """BM25 top-k inside ``scope``. The store's own index filters inside its query (tantivy at
-        scale); another setting's index is exact and in memory, so it ranks the whole store and keeps
-        the scope's positions."""
-        if self.store.is_own_sparse(*self._sparse_key()):
-            return self.store.search_sparse(query, k, scope)
-        idx = self.sparse_index()
-        if scope is None:
-            return idx.search(query, k)
-        allowed = set(self.store.scope_positions(scope).tolist())
-        return [h for h in idx.search(query, len(self.store.maus)) if h[0] in allowed][:k]
-
     def search(self, query: str, query_vec: np.ndarray | None = None,
                timings: dict[str, float] | None = None, scope: Scope | None = None) -> list[RankedCandidate]:
         """Merged candidates R(q), each with its dense similarity; only MAUs inside ``scope`` when given
@@ -102,7 +90,7 @@ class Retriever:
         over = 1 if active is None or active.all() else 3  # over-fetch when some MAUs are archived
         dense = self.store.search_dense(query_vec, rc.dense_k * over, scope) if want_dense else []
         t2 = time.perf_counter()
-        sparse = self._sparse_hits(query, rc.sparse_k * over, scope) if want_sparse else []
+        sparse = self.store.search_sparse(query, rc.sparse_k * over, scope, self._sparse_key()) if want_sparse else []
         t3 = time.perf_counter()
         if active is not None:
             dense = [h for h in dense if active[h[0]]][: rc.dense_k]

@@ -491,14 +491,20 @@ class MemoryStore:
         ids = None if scope is None or scope.is_empty() else self.scope_positions(scope)
         return self.dense.search(query_vec, k, ids)
 
-    def search_sparse(self, query: str, k: int, scope: Scope | None = None) -> list[tuple[int, float]]:
-        """BM25 top-k of the store's own index (tantivy filters the scope inside its query; the
-        exact in-memory BM25 of a small store scores the whole store, then keeps the scope)."""
-        if scope is not None and not scope.is_empty() and self._tantivy is not None:
+    def search_sparse(self, query: str, k: int, scope: Scope | None = None,
+                      index: tuple[str, str, str] | None = None) -> list[tuple[int, float]]:
+        """BM25 top-k of the index ``index`` = (backend, fields, index text), by default the store's own.
+        The own index's tantivy filters the scope inside its query; an exact in-memory BM25 scores the
+        whole store, then keeps the scope."""
+        scope = None if scope is None or scope.is_empty() else scope
+        own = index is None or self.is_own_sparse(*index)
+        if own and scope is not None and self._tantivy is not None:
             return self._tantivy.search(query, k, scope)  # filtered inside tantivy at any size
-        idx = self.sparse()
-        if isinstance(idx, TantivyIndex) or scope is None or scope.is_empty():
-            return idx.search(query, k, scope) if isinstance(idx, TantivyIndex) else idx.search(query, k)
+        idx = self.sparse(*(index or ()))
+        if isinstance(idx, TantivyIndex):
+            return idx.search(query, k, scope)
+        if scope is None:
+            return idx.search(query, k)
         allowed = set(self.scope_positions(scope).tolist())
         return [h for h in idx.search(query, len(self.maus)) if h[0] in allowed][:k]
 
