@@ -182,7 +182,7 @@ class Experiment:
         code edits are judged after they are applied)."""
         if prop.edits:
             return None
-        from research.levers import effective_key as cfg_key
+        from research.effective import effective_key as cfg_key
         from research.levers import resolve, static_noop
 
         parent = self.loop.config_at(self.rec.parent_commit)

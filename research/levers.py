@@ -4,9 +4,9 @@ One source of truth. A field is a lever when memsys/config.py declares it with `
 kind, range or choices); this module adds, keyed by path, the rule saying when the field is live (its
 value can change what the reader is given), and macro levers for knobs that only act together. From those:
 
-- ``effective_view(cfg)``: the config with dead fields replaced by ``DEAD`` and coupled fields by the value
-  that acts (the dense list is dense_k cut at top_k: both become the smaller), so configs that differ only
-  in dead fields share an ``effective_key`` (the loop judges repeats on it);
+- ``effective_view(cfg)`` (research/effective.py, re-exported): the config with dead fields replaced by
+  ``DEAD`` and coupled fields by the value that acts, so configs that differ only in dead fields share an
+  ``effective_key`` (the loop judges repeats on it);
 - ``live_levers`` / ``render_levers``: what a researcher can usefully change, one prompt line each;
 - ``menu_schema`` / ``parse_menu``: a small model's schema-constrained reply, turned into overrides;
 - ``static_noop``: why a set of overrides changes nothing, before anything is evaluated;
@@ -19,211 +19,36 @@ value it renders the reader input of LoCoMo questions and compares.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterator, Sequence
 
 from harness.errors import ConfigError
 from memsys.config import MemoryConfig
+from research.effective import (  # noqa: F401 - effective_view/effective_key/DEAD are part of this module's API
+    DEAD,
+    DENSE_CUT,
+    TIME_LIFT_MIN_POOL,
+    compressed,
+    dense_text_acts,
+    effective_key,
+    effective_view,
+    facts_shown,
+    format_value,
+    get_path,
+    graph_active,
+    graph_reach,
+    level1_bound,
+    pyramid_expands,
+    retrieval_pool,
+    with_values,
+)
 from research.errors import ProposalFormatError
 
-DEAD = "<dead>"
 FAILURE_TARGETS = ("retrieval_miss", "reader_miss", "abstention", "other")
-#: tokens a rendered memory line adds around its text (number, date, time, speaker, resolved times): a
-#: generous bound, used to tell when level-1 summaries alone cannot reach a budget
-LINE_FRAMING_TOKENS = 36
-_DENSE_CUT = ("set_union", "dense_only")  # merges that keep the dense list cut at top_k
-#: fields that change speed or labels, never what the reader is given
-_NEVER_MATTER = ("name", "embedder.batch_size", "embedder.device", "embedder.cache", "ingest.compression.workers")
-_COMPRESSION = ("ingest.compression.window_turns", "ingest.compression.overlap_turns", "ingest.compression.consolidate_above")
-_TEXT_GATE = ("ingest.text.window", "ingest.text.reject_above", "ingest.text.uncertain_above", "ingest.text.min_words")
 
 Rule = Callable[[MemoryConfig], bool]
 _MISSING = object()
-
-
-# ---------------------------------------------------------------- config access
-def get_path(cfg: Any, path: str) -> Any:
-    obj = cfg
-    for part in path.split("."):
-        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
-    return obj
-
-
-def _replace(obj: Any, parts: list[str], value: Any) -> Any:
-    if len(parts) == 1:
-        return dataclasses.replace(obj, **{parts[0]: value})
-    return dataclasses.replace(obj, **{parts[0]: _replace(getattr(obj, parts[0]), parts[1:], value)})
-
-
-def with_values(cfg: MemoryConfig, values: dict[str, Any]) -> MemoryConfig:
-    """``cfg`` with typed values set by path (no parsing, no validation: for values a lever produced)."""
-    for path, value in values.items():
-        cfg = _replace(cfg, path.split("."), value)
-    return cfg
-
-
-def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value):
-            out.update(_flatten(value, f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = value
-    return out
-
-
-def format_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, float):
-        return repr(round(value, 6))
-    return str(value)
-
-
-# ---------------------------------------------------------------- what acts in a config
-def pyramid_expands(cfg: MemoryConfig) -> bool:
-    """Levels 2-3 run (build_pyramid returns after level 1 when off or showing summaries)."""
-    return cfg.pyramid.enabled and cfg.answer.context_text != "summary"
-
-
-def _compressed(cfg: MemoryConfig) -> bool:
-    """Only compressed memories differ from their summary: a raw turn's summary is its whole text, and its
-    raw content adds nothing (Retriever.load_raw), so context_text=both and level 3 need compression."""
-    return cfg.ingest.compression.enabled
-
-
-def _dense_text_acts(cfg: MemoryConfig) -> bool:
-    """The embedded text acts through dense search, or through the similarity that gates pyramid level 2."""
-    return cfg.retrieval.merge != "bm25_only" or pyramid_expands(cfg)
-
-
-def level3_active(cfg: MemoryConfig) -> bool:
-    return pyramid_expands(cfg) and cfg.pyramid.level3 and (_compressed(cfg) or cfg.pyramid.level3_media)
-
-
-def facts_shown(cfg: MemoryConfig) -> bool:
-    return cfg.graph.enabled and cfg.answer.include_graph_facts and cfg.graph.max_facts > 0
-
-
-def graph_active(cfg: MemoryConfig) -> bool:
-    return cfg.graph.enabled and (cfg.graph.max_maus > 0 or facts_shown(cfg))
-
-
-def graph_reach(cfg: MemoryConfig, hops: int | None = None) -> int:
-    """Hops that can still count: an entity d hops out scores beta^d * conf <= beta^d, and one scoring
-    under min_score is ignored (KnowledgeGraph._strength), so hops beyond this are dead."""
-    g = cfg.graph
-    limit = g.hops if hops is None else hops
-    d = 0
-    while d < limit and g.beta ** (d + 1) >= g.min_score:
-        d += 1
-    return d
-
-
-def retrieval_pool(cfg: MemoryConfig) -> int:
-    """The most candidates the merge hands on (before graph memories and neighbour expansion)."""
-    r = cfg.retrieval
-    if r.merge in _DENSE_CUT:
-        return min(r.dense_k, r.top_k) + (r.sparse_k if r.merge == "set_union" else 0)
-    if r.merge == "bm25_only":
-        return min(r.sparse_k, r.top_k)
-    return min(r.top_k, r.dense_k + r.sparse_k)
-
-
-#: the shortest merged list on which a time lift acts: in a top-5 list the dated turns of LoCoMo "when"
-#: questions already lead (tests/research/test_levers.py, naive on conv-30)
-TIME_LIFT_MIN_POOL = 10
-
-
-def kept_candidates(cfg: MemoryConfig) -> int:
-    """The most candidates retrieval hands to the pyramid."""
-    r = cfg.retrieval
-    n = retrieval_pool(cfg) + (cfg.graph.max_maus if cfg.graph.enabled else 0)
-    return n + min(r.expand_top, n) * 2 * r.expand_window  # each expanded candidate brings its neighbours
-
-
-def level1_bound(cfg: MemoryConfig) -> int:
-    """Tokens the level-1 summaries can take at most (each is cut to summary_max_tokens)."""
-    return kept_candidates(cfg) * (cfg.pyramid.summary_max_tokens + LINE_FRAMING_TOKENS)
-
-
-def budget_binds(cfg: MemoryConfig) -> bool:
-    return pyramid_expands(cfg) or facts_shown(cfg) or cfg.pyramid.budget_tokens < level1_bound(cfg)
-
-
-# ---------------------------------------------------------------- the effective config
-def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
-    """Every field by path, ``DEAD`` where its value cannot change the reader's input, coupled fields
-    replaced by the value that acts. Equal views mean equal behaviour (as far as the config decides)."""
-    view = _flatten(cfg)
-
-    def dead(*paths: str) -> None:
-        for p in paths:
-            view[p] = DEAD
-
-    dead(*_NEVER_MATTER)
-    r = cfg.retrieval
-    if r.merge in _DENSE_CUT:  # the dense list is dense_k hits cut at top_k: only the smaller acts
-        view["retrieval.top_k"] = view["retrieval.dense_k"] = min(r.dense_k, r.top_k)
-    elif r.merge == "bm25_only":
-        view["retrieval.top_k"] = view["retrieval.sparse_k"] = min(r.sparse_k, r.top_k)
-        dead("retrieval.dense_k")
-    else:  # fusions cut the union, which has at most dense_k + sparse_k hits
-        view["retrieval.top_k"] = min(r.top_k, r.dense_k + r.sparse_k)
-    if r.merge == "dense_only":
-        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields", "ingest.index_text.sparse")
-    if not _dense_text_acts(cfg):
-        dead("ingest.index_text.dense")
-    if r.expand_top == 0:
-        dead("retrieval.expand_window")
-    if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
-        dead("retrieval.time_lift")
-    a = cfg.answer
-    if a.abstain not in ("retrieval", "both"):
-        dead("answer.abstain_margin")
-    if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
-        view["answer.abstain"] = "off" if a.abstain == "reader" else "retrieval"
-    if r.merge != "rrf":
-        dead("retrieval.rrf_k")
-    if r.merge != "linear":
-        dead("retrieval.linear_alpha")
-    if not _compressed(cfg):
-        dead("retrieval.sparse_fields", *_COMPRESSION)
-    if not cfg.ingest.text.enabled:
-        dead(*_TEXT_GATE)
-
-    if not pyramid_expands(cfg):
-        dead("pyramid.enabled", "answer.context_text", "pyramid.theta")
-    elif cfg.answer.context_text == "both" and not _compressed(cfg):
-        view["answer.context_text"] = "full_text"
-    if not level3_active(cfg):
-        dead("pyramid.level3", "pyramid.level3_media", "pyramid.modality_tokens")
-    elif not cfg.pyramid.level3_media:
-        dead("pyramid.modality_tokens")
-    if not budget_binds(cfg):
-        dead("pyramid.budget_tokens")
-
-    if not graph_active(cfg):
-        dead(*(p for p in view if p.startswith("graph.")), "answer.include_graph_facts")
-    else:
-        if not facts_shown(cfg):
-            dead("graph.max_facts", "answer.include_graph_facts")
-        if cfg.graph.max_maus == 0:
-            dead("graph.placement")
-        view["graph.hops"] = graph_reach(cfg)
-        if view["graph.hops"] == 0:
-            dead("graph.beta")
-    return view
-
-
-def effective_key(cfg: MemoryConfig) -> str:
-    """sha256 of the canonical JSON of ``effective_view``."""
-    text = json.dumps(effective_view(cfg), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- when a field lever is live
@@ -244,14 +69,14 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     "retrieval.sparse_k": ("merge != dense_only; bm25_only keeps min(sparse_k, top_k)",
                            _merge_is("set_union", "bm25_only", "rrf", "linear")),
     "retrieval.sparse_fields": ("merge != dense_only and ingest.compression.enabled (a raw turn has no text "
-                                "beyond its summary)", lambda c: c.retrieval.merge != "dense_only" and _compressed(c)),
+                                "beyond its summary)", lambda c: c.retrieval.merge != "dense_only" and compressed(c)),
     "retrieval.rrf_k": ("merge == rrf", _merge_is("rrf")),
     "retrieval.linear_alpha": ("merge == linear", _merge_is("linear")),
     "pyramid.enabled": ("answer.context_text != summary", lambda c: c.answer.context_text != "summary"),
     "answer.context_text": ("pyramid.enabled; both == full_text unless compressed", lambda c: c.pyramid.enabled),
     "pyramid.theta": ("pyramid.enabled and context_text != summary", pyramid_expands),
     "pyramid.level3": ("pyramid expands and (ingest.compression.enabled or pyramid.level3_media): a raw turn's "
-                       "raw content is its full text", lambda c: pyramid_expands(c) and (_compressed(c) or c.pyramid.level3_media)),
+                       "raw content is its full text", lambda c: pyramid_expands(c) and (compressed(c) or c.pyramid.level3_media)),
     "pyramid.budget_tokens": ("pyramid expands, graph facts shown, or level-1 summaries can exceed the budget",
                               lambda c: pyramid_expands(c) or facts_shown(c)
                               or level1_bound(c) > _field_meta("pyramid.budget_tokens")["low"]),
@@ -268,7 +93,7 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                                    lambda c: c.graph.enabled and c.graph.max_facts > 0),
     "ingest.text.reject_above": ("ingest.text.enabled", lambda c: c.ingest.text.enabled),
     "ingest.index_text.dense": ("merge != bm25_only, or the pyramid expands (similarity gates level 2)",
-                                _dense_text_acts),
+                                dense_text_acts),
     "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
     "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
     "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
@@ -279,9 +104,9 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
 
 #: path -> the highest value that can still act, given the rest of the config (None: no cap)
 SPAN_CAPS: dict[str, Callable[[MemoryConfig], int | None]] = {
-    "retrieval.top_k": lambda c: (c.retrieval.dense_k if c.retrieval.merge in _DENSE_CUT else c.retrieval.sparse_k
+    "retrieval.top_k": lambda c: (c.retrieval.dense_k if c.retrieval.merge in DENSE_CUT else c.retrieval.sparse_k
                                   if c.retrieval.merge == "bm25_only" else c.retrieval.dense_k + c.retrieval.sparse_k),
-    "retrieval.dense_k": lambda c: c.retrieval.top_k if c.retrieval.merge in _DENSE_CUT else None,
+    "retrieval.dense_k": lambda c: c.retrieval.top_k if c.retrieval.merge in DENSE_CUT else None,
     "retrieval.sparse_k": lambda c: c.retrieval.top_k if c.retrieval.merge == "bm25_only" else None,
     "graph.hops": lambda c: graph_reach(c, hops=_field_meta("graph.hops")["high"]),
     "pyramid.budget_tokens": lambda c: None if pyramid_expands(c) or facts_shown(c) else level1_bound(c),
@@ -412,7 +237,7 @@ def _hybrid_width(cfg: MemoryConfig) -> int | None:
 def _macros() -> list[Lever]:
     k = _field_meta("retrieval.top_k")
     return [
-        _make(_merge_is(*_DENSE_CUT), id="widen_dense", sets=("retrieval.dense_k", "retrieval.top_k"), kind="int",
+        _make(_merge_is(*DENSE_CUT), id="widen_dense", sets=("retrieval.dense_k", "retrieval.top_k"), kind="int",
               low=k["low"], high=k["high"], effect="Dense hits kept: sets dense_k and top_k together (one alone is cut by the other)",
               live_when="merge is set_union or dense_only",
               writes=lambda v: {"retrieval.dense_k": v, "retrieval.top_k": v},

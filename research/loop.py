@@ -335,8 +335,8 @@ class ResearchLoop:
         return self.ws.tree_id(commit, "memsys")
 
     def effective_key_at(self, commit: str) -> str:
+        from research.effective import effective_key as cfg_key
         from research.experiment import effective_key
-        from research.levers import effective_key as cfg_key
 
         cfg = self.config_at(commit)
         if cfg is not None:
