@@ -6,14 +6,14 @@ drives the REAL ``ResearchLoop`` (git worktrees in a throwaway copy of this repo
 ``python -m memsys.predict``, the trusted scorer, LoCoMo tiny dev sample) with the scripted
 hostile proposals of ``tests/support/attacks.py`` (the same ones ``tests/research/test_attacks.py``
 runs): one loop run per group ("sandbox": attacks 1-5 and 9; "surface": 6-7; "network": 8 with
-reader=llm through the gateway) and backend, plus attack 10 (a weak backend refused before start).
+reader=llm through the gateway; "screen": 11, lying input digests with the screen on) and backend, plus attack 10 (a weak backend refused before start).
 
 Each row: attack, backend, outcome (what happened to it: "score unchanged 0.083", "rejected
 before evaluation (forbidden_edit)", "format_mismatch (nothing scored)" ...) and problems (every
 sign it got through; "BREACH?" leads the outcome when there is one). Run-wide checks (surface of
 every commit, git hooks, trusted files, stray files, host markers) are reported per group.
 
-    python -m research.perf.bench_attacks [--backends bwrap docker] [--groups sandbox surface network]
+    python -m research.perf.bench_attacks [--backends bwrap docker] [--groups sandbox surface network screen]
         [--out runs/bench/attacks.json] [--keep]
 
 ``--backends process`` runs the same attacks on the unisolated fallback (with allow_weak): a
@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m research.perf.bench_attacks", description=__doc__.splitlines()[0])
     p.add_argument("--backends", nargs="+", default=["bwrap", "docker"])
-    p.add_argument("--groups", nargs="+", default=["sandbox", "surface", "network"],
-                   choices=["sandbox", "surface", "network"])
+    groups = ["sandbox", "surface", "network", "screen"]  # tests/support/attacks.py GROUPS (imported lazily)
+    p.add_argument("--groups", nargs="+", default=groups, choices=groups)
     p.add_argument("--out", type=Path, default=REPO_ROOT / "runs" / "bench" / "attacks.json")
     p.add_argument("--keep", action="store_true", help="keep the temporary runs/caches/repos folder")
     args = p.parse_args(argv)
