@@ -13,7 +13,12 @@ from harness.errors import ConfigError
 from memsys import LLMConfig, MemoryConfig
 from memsys import compose_config as compose
 
-SYSTEMS = ("memsys", "full_context")
+#: memsys: the memory system under test. full_context: the whole conversation, when it fits the reader's
+#: window (a conversation that does not fit gets its latest turns, and the run says ``recent_window``).
+#: recent_window: the latest turns that fit ``full_context_budget``, whatever the window.
+SYSTEMS = ("memsys", "full_context", "recent_window")
+#: tokens of the reader's window kept for the prompt's instructions and the question (full_context)
+PROMPT_RESERVE_TOKENS = 512
 READERS = ("llm", "none")
 
 
@@ -30,7 +35,7 @@ class EvalConfig:
     objective: str = "auto"
     run_id: str | None = None
     resume: bool = True
-    full_context_budget: int = 6000
+    full_context_budget: int = 6000  # recent_window's budget (full_context's is the reader's window)
     # the scorer's own budget: context recall counts only the claimed context ids whose raw
     # turns fit this many tokens (recounted here), so claiming everything buys nothing
     context_budget_tokens: int | None = 6000
@@ -84,3 +89,27 @@ def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") ->
         llm=validate(LLMConfig, cfg.llm, where="llm config"),
         raw=raw,
     )
+
+
+def reader_window_tokens(llm: LLMConfig) -> int | None:
+    """Context tokens the reader accepts: the embedded server's n_ctx, else the endpoint's declared
+    ``llm.context_window`` (None when not declared: full_context cannot know what fits)."""
+    if llm.backend == "local":
+        return llm.local.n_ctx
+    return llm.context_window
+
+
+def baseline_budget(setup: EvalSetup) -> int:
+    """Tokens of conversation a baseline system hands the reader.
+
+    ``full_context``: the reader's window less its reply and the prompt's own text, so a conversation
+    that fits is given whole; ``recent_window``: ``full_context_budget``."""
+    ev = setup.eval
+    if ev.system != "full_context":
+        return ev.full_context_budget
+    window = reader_window_tokens(setup.llm)
+    if window is None:
+        raise ConfigError("system=full_context needs the reader's window: set llm.context_window (tokens) for "
+                          "this endpoint, or use system=recent_window with full_context_budget")
+    return max(0, window - setup.llm.max_tokens - PROMPT_RESERVE_TOKENS)
+

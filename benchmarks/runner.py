@@ -23,7 +23,7 @@ from benchmarks.datasets.schema import Benchmark
 from benchmarks.metrics.locomo import aggregate_locomo
 from benchmarks.metrics.memgallery import aggregate_memgallery
 from benchmarks.metrics.retrieval import RetrievalRecord, aggregate_retrieval
-from benchmarks.scoring import Usage, score_answers
+from benchmarks.scoring import TurnCosts, Usage, score_answers
 from benchmarks.splits import select
 from harness.atomic import atomic_write_json, atomic_write_text
 from harness.errors import StoreError
@@ -120,6 +120,7 @@ def finish_eval(setup: EvalSetup, bench: Benchmark, run_id: str, run_dir: Path, 
         metrics["cost_usd"], metrics["reader_requests"] = usage.cost_usd, usage.requests
         metrics["reader_billed_tokens"], metrics["reader_cache_hits"] = usage.billed_tokens, usage.cache_hits
     metrics["unknown_ids"] = sum(r["unknown_ids"] for r in rows)
+    metrics.update(system_label(bench, answers, ev.system))
     objective = setup.objective
     value = metrics.get(objective)
     if value is not None and (not isinstance(value, (int, float)) or math.isnan(value)):
@@ -138,6 +139,32 @@ def finish_eval(setup: EvalSetup, bench: Benchmark, run_id: str, run_dir: Path, 
 
         result.mlflow_run_id = log_eval(setup, bench, result)
     return result
+
+
+def system_label(bench: Benchmark, answers: Mapping[str, Answer], system: str) -> dict[str, Any]:
+    """What the run measured, named from the answers, not from the request: ``full_context`` only when
+    every question's context held its whole conversation; otherwise the baseline was a window of the
+    latest turns and is reported as ``recent_window``. Depth and tokens are of the context as given
+    (known turn ids, recounted here, before the scorer's own budget cut)."""
+    depth, tokens, asked, short = [], [], set(), set()
+    for conv in bench.conversations:
+        costs, turns = TurnCosts(conv), {t.id for s in conv.sessions for t in s.turns}
+        for q in conv.questions:
+            if q.id not in answers:
+                continue
+            given = {i for i in answers[q.id].context_ids if i in turns}
+            depth.append(len(given))
+            tokens.append(sum(costs.cost(i) for i in given))
+            asked.add(conv.id)
+            if not turns <= given:
+                short.add(conv.id)
+    n = max(1, len(depth))
+    out: dict[str, Any] = {"system": system, "context_depth": sum(depth) / n, "context_tokens_given": sum(tokens) / n}
+    if system != "memsys":
+        out["whole_conversations"] = f"{len(asked - short)}/{len(asked)}"
+        if short:
+            out["system"] = "recent_window"
+    return out
 
 
 def image_mode(bench: Benchmark) -> str:
@@ -179,7 +206,9 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
     from benchmarks.datasets.schema import category_names
 
     names = category_names(bench)
-    t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - memory={setup.memory.name} reader={setup.eval.reader}")
+    system = m.get("system", setup.eval.system)
+    what = f"memory={setup.memory.name}" if system == "memsys" else f"system={system}"
+    t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - {what} reader={setup.eval.reader}")
     t.add_column("category")
     t.add_column("n", justify="right")
     if with_reader:
@@ -221,5 +250,10 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
         console.print(f"Mem-Gallery image mode: {m['image_mode']}"
                       + (" (image files not on disk: text systems get image id + caption; fetch them with "
                          "scripts/fetch_data.py memgallery --images)" if m["image_mode"] == "captions" else ""))
+    if m.get("whole_conversations") is not None:
+        asked = setup.eval.system
+        console.print(f"baseline {asked}: whole conversation given for {m['whole_conversations']} conversations"
+                      + (f"; reported as {system} (the latest turns that fit)" if system != asked else "")
+                      + f"; depth {fmt(m.get('context_depth'))} turns, {fmt(m.get('context_tokens_given'))} tokens per question")
     console.print(f"objective {m.get('objective')} = {fmt(m.get('objective_value'))}  ({m.get('n_errors', 0)} reader errors)")
     return buf.getvalue().rstrip()

@@ -151,7 +151,7 @@ class PredictRequest(_JsonFile):
     memory_preset: str
     memory_overrides: tuple[str, ...] = ()
     reader: str = "llm"  # llm | none
-    system: str = "memsys"  # memsys | full_context
+    system: str = "memsys"  # memsys | full_context | recent_window
     workers: int = 1
     full_context_budget: int = 6000
     llm: Mapping[str, Any] = field(default_factory=dict)  # an LLMConfig as a dict (base_url: the gateway)

@@ -264,6 +264,9 @@ class LLMConfig:
     seed: int | None = 0
     cache: bool = True
     supports_vision: bool = False
+    # tokens the endpoint accepts per request (prompt + reply); the embedded server's is local.n_ctx.
+    # Only the full_context baseline needs it: to know whether a whole conversation fits
+    context_window: int | None = None
     # USD per 1M tokens; saved with each run
     price_input_per_1m: float = 0.0
     price_output_per_1m: float = 0.0

@@ -163,7 +163,8 @@ def _ingest_images(mem: Any, conv: PublicConversation, view_dir: Path | None) ->
 
 
 class FullContext:
-    """Baseline system: the latest turns of the conversation that fit the token budget."""
+    """Baseline systems: the latest turns of the conversation that fit the token budget (all of them
+    when the budget is the reader's window and the conversation fits: full_context)."""
 
     def __init__(self, conv: PublicConversation, budget: int):
         from memsys.temporal import format_date
@@ -294,7 +295,7 @@ def predict(req: PredictRequest, *, llm: Any = None, view: PublicView | None = N
                 continue
             mem = None
             baseline = None
-            if req.system == "full_context":
+            if req.system in ("full_context", "recent_window"):
                 baseline = FullContext(conv, req.full_context_budget)
             else:
                 mem, _ = build_or_open_store(view, conv, memory_cfg, llm=llm, view_dir=view_dir)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
-from benchmarks.config import EvalSetup
+from benchmarks.config import EvalSetup, baseline_budget
 from benchmarks.runner import EvalResult, finish_eval, prepare_run, selection
 from benchmarks.scoring import Usage
 from benchmarks.views import write_public_view
@@ -122,7 +122,7 @@ def prepare_public(job: EvalJob, bench: Any) -> tuple[PredictRequest, Path]:
     llm = dict(job.reader_llm)
     req = PredictRequest(view_path=str(public / VIEW_FILE), out_dir=str(out), memory_preset=job.memory_preset,
                          memory_overrides=tuple(job.memory_overrides), reader=ev.reader, system=ev.system,
-                         workers=ev.workers, full_context_budget=ev.full_context_budget, llm=llm,
+                         workers=ev.workers, full_context_budget=baseline_budget(job.setup), llm=llm,
                          resume=ev.resume)
     req.write(public / REQUEST_FILE)
     return req, public / REQUEST_FILE

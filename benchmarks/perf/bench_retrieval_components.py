@@ -52,7 +52,7 @@ class Variant:
     name: str
     preset: str
     overrides: tuple[str, ...] = ()
-    system: str = "memsys"  # memsys | full_context
+    system: str = "memsys"  # memsys | recent_window
 
 
 # One step at a time from the starting point (`omni_before`: the paper's set-union of the dense
@@ -84,7 +84,7 @@ BASELINES: dict[str, Variant] = {v.name: v for v in (
     Variant("naive", "naive"),
     Variant("naive_rag", "naive_rag"),
     Variant("bm25_only", "bm25_only"),
-    Variant("recent_window", "naive_rag", system="full_context"),
+    Variant("recent_window", "naive_rag", system="recent_window"),
 )}
 
 

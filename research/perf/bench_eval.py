@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 SYSTEMS = [("omni", "memsys"), ("naive", "memsys"), ("naive_rag", "memsys"), ("bm25_only", "memsys"),
-           ("naive_rag", "full_context")]
+           ("naive_rag", "recent_window"), ("naive_rag", "full_context")]
 
 
 EXTRA: list[str] = []  # overrides every evaluation of this invocation gets (e.g. the budget)
@@ -44,8 +44,9 @@ def quality(out: dict) -> None:
             r = _eval([f"benchmark={bench}", "split=all", f"memory={preset}", f"system={system}", "reader=none",
                        "mlflow=false", "resume=false", f"run_id=bench-quality-{bench}-{system}-{preset}", "workers=2"])
             m = r.metrics
-            name = "full_context" if system == "full_context" else preset
-            rows.append({"benchmark": bench, "system": name, "n": m.get("n"),
+            name = preset if system == "memsys" else m["system"]  # full_context that did not fit: recent_window
+            rows.append({"benchmark": bench, "system": name, "asked": system, "n": m.get("n"),
+                         "whole_conversations": m.get("whole_conversations"), "depth": round(m.get("context_depth", 0.0), 1),
                          **{f"recall_at_{k}": round(m.get(f"recall_at_{k}", 0.0), 4) for k in (5, 10, 20)},
                          "mrr": round(m.get("mrr", 0.0), 4), "context_recall": round(m.get("context_recall", 0.0), 4), "context_tokens": round(m.get("context_tokens", 0.0), 1),
                          "wall_s": round(time.perf_counter() - t0, 1)})

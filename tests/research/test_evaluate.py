@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.config import load_eval_setup
+from benchmarks.config import PROMPT_RESERVE_TOKENS, baseline_budget, load_eval_setup
+from benchmarks.datasets import load_benchmark
 from benchmarks.runner import PREDICTIONS, RunFolderError
-from harness.errors import LLMAuthError, LLMServerError
+from harness.errors import ConfigError, LLMAuthError, LLMServerError
 from harness.views import ANSWERS_FILE
 from memsys.llm.client import LLMClient
 from research.evaluate import run_in_process
@@ -72,11 +73,45 @@ def test_run_folder_from_another_version_is_refused(locomo_path, tmp_path):
         run_eval(setup_for("reader=none", "run_id=t-old"), progress=False)
 
 
-def test_full_context_baseline_respects_its_budget(locomo_path):
-    res = run_eval(setup_for("reader=none", "system=full_context", "full_context_budget=1500", "run_id=t-fc"),
+def test_recent_window_baseline_respects_its_budget(locomo_path):
+    res = run_eval(setup_for("reader=none", "system=recent_window", "full_context_budget=1500", "run_id=t-rw"),
                    progress=False)
     rows = [json.loads(l) for l in (res.run_dir / PREDICTIONS).read_text().splitlines()]
     assert all(0 < r["context_tokens"] <= 1500 for r in rows)
+    assert res.metrics["system"] == "recent_window" and res.metrics["whole_conversations"] == "0/2"
+    assert 0 < res.metrics["context_depth"] < 100 and "system=recent_window" in res.table
+
+
+def test_full_context_gives_the_whole_conversation_when_the_window_allows(locomo_path):
+    """A 64k-token reader window holds a LoCoMo conversation (~16-26k tokens): every turn, every question."""
+    res = run_eval(setup_for("reader=none", "system=full_context", "llm.local.n_ctx=65536", "run_id=t-fc-whole"),
+                   progress=False)
+    bench = load_benchmark("locomo")
+    turns = {c.id: {t.id for s in c.sessions for t in s.turns} for c in bench.conversations}
+    answers = [json.loads(l) for l in (res.run_dir / "untrusted" / "out" / ANSWERS_FILE).read_text().splitlines()]
+    assert len(answers) == 12
+    for a in answers:
+        assert set(a["context_ids"]) == turns[a["question_id"].rsplit(":", 1)[0]]
+    assert res.metrics["context_depth"] == pytest.approx(sum(len(a["context_ids"]) for a in answers) / 12)
+    assert res.metrics["system"] == "full_context" and res.metrics["whole_conversations"] == "2/2"
+
+
+def test_full_context_that_does_not_fit_is_reported_as_recent_window(locomo_path):
+    """The embedded reader's 8k window cannot hold a LoCoMo conversation: the run says recent_window."""
+    res = run_eval(setup_for("reader=none", "system=full_context", "run_id=t-fc-window"), progress=False)
+    answers = [json.loads(l) for l in (res.run_dir / "untrusted" / "out" / ANSWERS_FILE).read_text().splitlines()]
+    budget = 8192 - 256 - PROMPT_RESERVE_TOKENS
+    assert all(budget // 2 < a["context_tokens"] <= budget for a in answers)
+    assert budget // 2 < res.metrics["context_tokens_given"] <= budget
+    assert res.metrics["system"] == "recent_window" and res.metrics["whole_conversations"] == "0/2"
+    assert "reported as recent_window" in res.table
+
+
+def test_full_context_needs_a_known_window():
+    setup = setup_for("reader=none", "system=full_context", "llm=openai")
+    with pytest.raises(ConfigError, match="llm.context_window"):
+        baseline_budget(setup)
+    assert baseline_budget(setup_for("system=full_context", "llm=openai", "llm.context_window=32000")) == 32000 - 256 - 512
 
 
 def test_llm_reader_scores_answers_and_keeps_bad_replies_as_errors(locomo_path):
