@@ -1,4 +1,4 @@
-"""What each retrieval component is worth on LoCoMo, reader-free (issue #14).
+"""What each retrieval component is worth on LoCoMo (or Mem-Gallery), reader-free (issue #14).
 
 Why: `omni` should find the evidence before a reader ever sees it, and every component
 (index text, speaker/time ranking, neighbour expansion, graph fusion, pyramid) must earn its
@@ -10,12 +10,13 @@ evaluation uses (``memsys.predict`` with ``reader=none``), and the trusted score
 Per variant: evidence recall@5/10/20 of the ranked candidate list (same depth for every
 variant), and context recall at token budgets B (the retrieval runs with
 ``memory.pyramid.budget_tokens=B`` and the scorer cuts the claimed context at B with its own
-token count: same budget for every variant). Categories 1-4 pooled, each category apart, and
-category 5 apart (it has little evidence).
+token count: same budget for every variant). LoCoMo: categories 1-4 pooled, each category apart,
+and category 5 apart (it has little evidence). Mem-Gallery (caption mode offline): all categories
+pooled ("all"), each apart.
 
 Usage::
 
-    python -m benchmarks.perf.bench_retrieval_components [--split dev] [--budgets 1000,2000,4000]
+    python -m benchmarks.perf.bench_retrieval_components [--benchmark locomo] [--split dev] [--budgets 1000,2000,4000]
         [--variants baselines,ablation,merges] [--out runs/bench/retrieval_components.json]
 """
 
@@ -125,7 +126,8 @@ def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dic
         return _recall(ids[:k] if k else ids, r["evidence"])
 
     ev = [r for r in rows if r["evidence"]]
-    out: dict[str, Any] = {"cat1_4": _mean([value(r) for r in ev if r["category"] in CATS_1_4])}
+    out: dict[str, Any] = {"cat1_4": _mean([value(r) for r in ev if r["category"] in CATS_1_4]),
+                           "all": _mean([value(r) for r in ev])}
     for cat in sorted({r["category"] for r in ev}):
         out[f"cat{cat}"] = _mean([value(r) for r in ev if r["category"] == cat])
     return out
@@ -146,8 +148,9 @@ def run_variant(v: Variant, view_path: Path, question_ids: list[str], budget: in
     return {"answers": read_answers(out_dir / "answers.jsonl", question_ids), "wall_s": wall}
 
 
-def measure(variants: Sequence[Variant], split: str, sample: str | None, budgets: Sequence[int]) -> dict[str, Any]:
-    bench = select(load_benchmark("locomo"), split, sample, load_benchmark_config("locomo"))
+def measure(variants: Sequence[Variant], split: str, sample: str | None, budgets: Sequence[int],
+            benchmark: str = "locomo") -> dict[str, Any]:
+    bench = select(load_benchmark(benchmark), split, sample, load_benchmark_config(benchmark))
     qids = [q.id for c in bench.conversations for q in c.questions]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
@@ -166,19 +169,19 @@ def measure(variants: Sequence[Variant], split: str, sample: str | None, budgets
                 if b == budgets[-1]:
                     row["recall_at"] = {str(k): summarize(scored, "retrieved_ids", k) for k in RECALL_KS}
             results[v.name] = row
-    return {"split": split, "sample": sample, "n_questions": len(qids), "budgets": list(budgets),
-            "variants": results}
+    return {"benchmark": benchmark, "pooled": "cat1_4" if benchmark == "locomo" else "all", "split": split,
+            "sample": sample, "n_questions": len(qids), "budgets": list(budgets), "variants": results}
 
 
 def table(report: dict[str, Any]) -> str:
-    """Markdown: categories 1-4 pooled; recall@k, then context recall per budget."""
-    budgets = report["budgets"]
+    """Markdown: the pooled categories (LoCoMo 1-4, Mem-Gallery all); recall@k, then context recall per budget."""
+    budgets, pooled = report["budgets"], report.get("pooled", "cat1_4")
     head = ["variant", *(f"R@{k}" for k in RECALL_KS), *(f"ctx@{b}" for b in budgets), "cat5 ctx@max"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, row in report["variants"].items():
         ra = row.get("recall_at", {})
-        cells = [name, *(f"{ra.get(str(k), {}).get('cat1_4')}" for k in RECALL_KS),
-                 *(f"{row['context_recall'][str(b)]['cat1_4']}" for b in budgets),
+        cells = [name, *(f"{ra.get(str(k), {}).get(pooled)}" for k in RECALL_KS),
+                 *(f"{row['context_recall'][str(b)][pooled]}" for b in budgets),
                  f"{row['context_recall'][str(budgets[-1])].get('cat5')}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -186,6 +189,7 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--benchmark", default="locomo", choices=["locomo", "memgallery"])
     p.add_argument("--split", default="dev")
     p.add_argument("--sample", default=None)
     p.add_argument("--budgets", default=",".join(map(str, DEFAULT_BUDGETS)))
@@ -197,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [n for s in args.variants.split(",") if s for n in GROUPS.get(s, [s])]
     variants = [parse_variant(s) for s in dict.fromkeys(specs)]
     t0 = time.perf_counter()
-    report = measure(variants, args.split, args.sample, budgets)
+    report = measure(variants, args.split, args.sample, budgets, args.benchmark)
     report.update(wall_s=round(time.perf_counter() - t0, 1), host=platform.node(),
                   when=datetime.now(timezone.utc).isoformat(timespec="seconds"), argv=sys.argv[1:])
     out = Path(args.out)
