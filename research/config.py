@@ -11,6 +11,7 @@ from memsys.config import compose, validate
 
 PROPOSERS = ("llm", "hybrid", "optuna", "random", "alternate")
 EXECUTORS = ("local", "ray")
+RAY_MODES = ("auto", "always", "never")  # research.ray.ship and .gateway_relay
 
 
 @dataclass
@@ -90,10 +91,20 @@ class RayConfig:
     num_cpus: int | None = None  # size of the local instance; None: this machine's cores
     cpus_per_eval: float = 1.0  # CPUs Ray reserves per evaluation (at most cores / this run at once)
     max_retries: int = 2  # re-runs of an evaluation whose worker or node died (on another node when one is left)
+    # the candidate tree and public view a node lacks (or holds different, by digest) come from the driver
+    # through Ray's object store: auto (when missing or different) | always | never (fail instead)
+    ship: str = "auto"
+    # the reader reaches the driver's gateway (and its one budget) through a relay socket on the node:
+    # auto (on nodes other than the driver's) | always | never (every node must see the gateway's socket)
+    gateway_relay: str = "auto"
+    node_cache: str | None = None  # where a node keeps shipped content; None: <tmp>/memsys-node-cache on the node
 
     def __post_init__(self) -> None:
         if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1):
             raise ConfigError("research.ray: cpus_per_eval must be > 0, max_retries >= 0, num_cpus >= 1")
+        for name, value in (("ship", self.ship), ("gateway_relay", self.gateway_relay)):
+            if value not in RAY_MODES:
+                raise ConfigError(f"research.ray.{name} must be {' | '.join(RAY_MODES)}, got {value!r}")
 
 
 @dataclass

@@ -47,6 +47,7 @@ from research.caches import HELDOUT_DIR, SHARED_DIR, MergeReport, SharedCache, c
 from research.errors import ExecutorError
 from research.executor import Executor, LocalExecutor
 from research.failures import Failure, FailureClass, _failure, classify_exception, classify_result
+from research.node import TaskRoots
 from research.worker import UntrustedResult, UntrustedTask
 from sandbox import SandboxResult, SandboxSpec
 
@@ -295,7 +296,10 @@ def begin_sandboxed(job: EvalJob, bench: Any, sandbox: Any, *, gateway: Gateway 
     at = _Attempt(gateway, gateway.usage() if gateway is not None else None, code_changed, list(edited_paths),
                   raise_errors, True)
     spec = sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace)
-    task = UntrustedTask(sandbox, spec, job.work_dir.resolve() / "out" / ANSWERS_FILE, label or run_id)
+    work, root = job.work_dir.resolve(), job.code_root.resolve()
+    roots = TaskRoots(root, tuple(d for d in SANDBOX_CODE_DIRS if (root / d).is_dir()), work, work / "public",
+                      request_path, Path(gateway.socket_path) if gateway is not None else None)
+    task = UntrustedTask(sandbox, spec, work / "out" / ANSWERS_FILE, label or run_id, roots)
     return PendingEval(job, bench, run_id, run_dir, task, at, time.perf_counter() - started, parent_metrics, shared,
                        namespace)
 
@@ -309,6 +313,8 @@ def end_sandboxed(p: PendingEval, ran: UntrustedResult | ExecutorError) -> EvalO
                            usage=_usage_delta(at.gateway, at.before))
     started = time.perf_counter() - p.prepare_s - ran.wall_s
     placement = {"executor_node": ran.node, "host": ran.host, "pid": ran.pid, "untrusted_s": round(ran.wall_s, 3)}
+    if ran.shipped or ran.relayed:  # what the node lacked (research.node) and the gateway relay (research.relay)
+        placement |= {"shipped": list(ran.shipped), "relayed": ran.relayed}
     if ran.answers is not None and _read_bytes(p.task.answers_path) != ran.answers:
         atomic_write_bytes(p.task.answers_path, ran.answers)  # a node without this filesystem sent them back
     res = ran.sandbox

@@ -1,27 +1,46 @@
 """Where evaluations run: one interface, two engines (``research.executor=local|ray``).
 
-An executor runs the untrusted half of evaluations (research.worker.run_untrusted: a sandbox
-and the answers it wrote) and nothing else. Proposing, screening, deciding, recording and
-scoring stay in the driver's process (research.evaluate scores what comes back).
+An executor runs the untrusted half of evaluations (research.worker: a sandbox and the answers it
+wrote) and nothing else. Proposing, screening, deciding, recording and scoring stay in the driver's
+process (research.evaluate scores what comes back).
 
-- ``local`` runs each task in the calling thread: today's behaviour, the default.
+- ``local`` runs each task in the calling thread: today's behaviour, the default. It checks and
+  ships nothing and starts no relay.
 - ``ray`` sends each task to a Ray worker: on the cluster at ``research.ray.address``, else on a
   local Ray instance sized to this machine. A task whose worker or node dies is re-run by Ray
   (``research.ray.max_retries``), on another node when one is left; if every try dies the
   evaluation fails as infrastructure (ExecutorError), never against the candidate.
 
-The sandbox spec names paths on the driver's filesystem (the tree, the public view, the venv), so
-every node must see them at the same paths: one machine, or a shared filesystem.
+What a node needs (research.node): the sandbox spec names paths on the driver's filesystem. Before a
+task runs, its worker checks the candidate tree and the public view by content digest and the
+environment (interpreter version, installed distributions) against what the driver computed. A tree
+or view that is missing or different is shipped (``research.ray.ship=auto``; ``always`` ships every
+time, ``never`` fails instead): one tarball per digest in Ray's object store, unpacked and verified
+under the node's cache folder (``research.ray.node_cache``). A different environment is never shipped:
+the evaluation fails as infrastructure, naming the node and the difference. A node without the
+driver's evaluation folder writes into a per-task folder and sends the answers back as bytes.
+
+The reader's LLM (research.relay): on a node other than the driver's (``research.ray.gateway_relay=
+auto``; ``always``: on every node; ``never``: the node must see the gateway's socket), the worker
+starts a relay socket that the sandbox sees in place of the gateway's, and each call goes through Ray
+to the driver's one gateway, so the run's token/USD budget is counted once for the whole cluster.
+
+A cluster therefore needs, on every node: Ray and the project's venv at the driver's path (same Python
+version and distributions), the sandbox backend, and the project on the workers' import path (the
+driver's ``PYTHONPATH`` or an installed package). The tree, the public view and the LLM endpoint come
+from the driver.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
 
 from research.errors import ExecutorError
-from research.worker import UntrustedResult, UntrustedTask, run_untrusted
+from research.node import NodeFault, NodeNeeds, Shipments
+from research.worker import UntrustedResult, UntrustedTask, run_on_node, run_untrusted
 
 if TYPE_CHECKING:
     from research.config import ExecutionConfig, RayConfig
@@ -74,14 +93,46 @@ class RayExecutor:
         self._owns = not ray.is_initialized()
         if self._owns:
             _start_ray(ray, cfg)
-        self._remote = ray.remote(run_untrusted).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
+        self._cfg = cfg
+        self._remote = ray.remote(run_on_node).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
+        self._shipments = Shipments(cfg.ship, cfg.node_cache)
+        self._bridges: dict[str, Any] = {}  # gateway socket -> research.relay.GatewayBridge
+        self._bridge_lock = threading.Lock()
 
-    def run(self, task: UntrustedTask) -> UntrustedResult:
-        return self._get(self._remote.remote(task), task)
+    def needs_of(self, task: UntrustedTask) -> NodeNeeds | None:
+        """What a node must hold for ``task`` (digests, and the tarballs to ship): taken when the task is
+        submitted, so a node gets the content the driver prepared."""
+        try:
+            return self._shipments.needs_of(task)
+        except (OSError, RuntimeError) as exc:
+            raise ExecutorError(f"{task.label or 'evaluation'}: cannot describe what a node needs: {exc}") from exc
+
+    def run(self, task: UntrustedTask, needs: NodeNeeds | None = None) -> UntrustedResult:
+        return self._get(self._submit(task, needs), task)
+
+    def _submit(self, task: UntrustedTask, needs: NodeNeeds | None = None) -> object:
+        return self._remote.remote(task, needs or self.needs_of(task), self._relay_target(task))
+
+    def _relay_target(self, task: UntrustedTask) -> Any:
+        """The driver's end of the gateway relay for this task's gateway (one bridge per gateway socket)."""
+        sock = task.roots.gateway_socket if task.roots is not None else None
+        if sock is None or self._cfg.gateway_relay == "never":
+            return None
+        with self._bridge_lock:
+            if str(sock) not in self._bridges:
+                from research.relay import GatewayBridge
+
+                self._bridges[str(sock)] = GatewayBridge(sock, self._cfg.gateway_relay)
+            return self._bridges[str(sock)].target
 
     def run_all(self, tasks: Sequence[UntrustedTask]) -> Iterator[tuple[int, UntrustedResult | ExecutorError]]:
         """Every task submitted at once; results as they finish."""
-        pending = {self._remote.remote(t): i for i, t in enumerate(tasks)}
+        pending = {}
+        for i, t in enumerate(tasks):
+            try:
+                pending[self._submit(t)] = i
+            except ExecutorError as exc:
+                yield i, exc
         while pending:
             done, _ = self._ray.wait(list(pending), num_returns=1)
             i = pending.pop(done[0])
@@ -92,11 +143,14 @@ class RayExecutor:
 
     def _get(self, ref: object, task: UntrustedTask) -> UntrustedResult:
         try:
-            return self._ray.get(ref)
+            out = self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
             first = " ".join(str(exc).split())[:300]
             raise ExecutorError(f"{task.label or 'evaluation'}: the Ray task failed on every try "
                                 f"({type(exc).__name__}: {first})") from exc
+        if isinstance(out, NodeFault):  # the node cannot run it (environment, shipping, relay): our side
+            raise ExecutorError(f"{task.label or 'evaluation'}: {out.message}")
+        return out
 
     def describe(self) -> str:
         nodes = [n for n in self._ray.nodes() if n.get("Alive")]
@@ -104,6 +158,10 @@ class RayExecutor:
         return f"{len(nodes)} node(s), {cpus:g} CPUs, {'own local instance' if self._owns else 'connected'}"
 
     def close(self) -> None:
+        with self._bridge_lock:
+            bridges, self._bridges = list(self._bridges.values()), {}
+        for bridge in bridges:
+            bridge.close()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
 

@@ -3,19 +3,30 @@
 A worker (this process for ``executor=local``, a Ray worker for ``executor=ray``) starts the sandbox
 the driver specified and hands back what the sandbox wrote: the answers file's bytes and the
 sandbox's exit record. It never sees gold and never scores: the driver reads and scores the
-answers it gets back (research.evaluate). This module imports only the generic sandbox package,
-so a worker process never loads the scorer (an import-linter contract keeps it that way).
+answers it gets back (research.evaluate). This module imports only the generic sandbox package and
+the worker's own helpers (research.node, research.relay: standard library and Ray), so a worker
+process never loads the scorer (an import-linter contract keeps it that way).
+
+On a Ray node, :func:`run_on_node` first makes the node fit the task (research.node: the tree, the
+public view and the environment checked by hash, what is missing shipped) and, when the reader needs
+the driver's gateway from another node, starts a relay to it (research.relay). A node that cannot run
+the task returns a :class:`~research.node.NodeFault`, which the executor turns into an infrastructure
+error.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from research.node import NodeFault, NodeNeeds, TaskRoots, prepare_on_node
+from research.relay import NodeRelay, RelayTarget
 from sandbox import SandboxResult, SandboxSpec
 
 
@@ -28,6 +39,7 @@ class UntrustedTask:
     spec: SandboxSpec
     answers_path: Path
     label: str = ""  # what progress lines call it (experiment id, sweep config)
+    roots: TaskRoots | None = None  # what the spec's paths are, for an executor that checks its nodes
 
 
 @dataclass
@@ -38,6 +50,8 @@ class UntrustedResult:
     host: str
     pid: int
     wall_s: float
+    shipped: tuple[str, ...] = ()  # what the node lacked and got from the driver (tree, public)
+    relayed: bool = False  # the reader reached the driver's gateway through a relay on this node
 
 
 def node_id() -> str:
@@ -61,3 +75,27 @@ def run_untrusted(task: UntrustedTask) -> UntrustedResult:
         answers = None
     return UntrustedResult(result, answers, node_id(), socket.gethostname(), os.getpid(),
                            time.perf_counter() - started)
+
+
+def run_on_node(task: UntrustedTask, needs: NodeNeeds | None, relay: RelayTarget | None) -> UntrustedResult | NodeFault:
+    """``run_untrusted`` on a Ray node, after fitting the node to the task (research.node) and, when
+    the reader must reach the driver's gateway from here, behind a relay (research.relay)."""
+    if needs is None or task.roots is None:
+        return run_untrusted(task)
+    node = node_id()
+    where = f"{node[:12]} ({socket.gethostname()})"
+    with ExitStack() as stack:
+        gateway_relay = None
+        if relay is not None and task.roots.gateway_socket is not None and relay.wanted_on(node):
+            gateway_relay = stack.enter_context(NodeRelay(relay))
+        placed = prepare_on_node(task, needs, where, gateway_relay.folder if gateway_relay else None)
+        if isinstance(placed, NodeFault):
+            return placed
+        if placed.scratch is not None:
+            stack.callback(shutil.rmtree, placed.scratch, True)
+        out = run_untrusted(replace(task, spec=placed.spec, answers_path=placed.answers_path))
+        if gateway_relay is not None and gateway_relay.failures:
+            return NodeFault(f"node {where}: {gateway_relay.failures} of {gateway_relay.calls} LLM calls could not "
+                             "reach the driver's gateway through the relay")
+        out.shipped, out.relayed = placed.shipped, gateway_relay is not None
+        return out

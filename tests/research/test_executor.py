@@ -112,5 +112,5 @@ def _runs_task(node) -> bool:
     import psutil
 
     raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-    return any(p.name().startswith("ray::run_untrusted") or "run_untrusted" in " ".join(p.cmdline())
+    return any(p.name().startswith("ray::run_on_node") or "run_on_node" in " ".join(p.cmdline())
                for p in raylet.children(recursive=True))

@@ -1,0 +1,172 @@
+"""research.executor=ray on a head plus one worker node: what a node needs, shipped and checked by hash,
+and the reader's calls relayed to the driver's one gateway, whose budget holds across the cluster.
+
+Real pieces: Ray 2.60 (ray.cluster_utils.Cluster on this machine; the head runs no evaluation, so every
+task runs on a node other than the driver's), the process and bwrap sandboxes, the LLM gateway with
+the real memsys LLMClient inside the sandbox, the OpenAI-protocol test server on 127.0.0.1, LoCoMo tiny.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from memsys.llm import Budget
+from research.config import RayConfig
+from research.errors import ExecutorError
+from research.evaluate import EvalJob, _check_endpoint_claim, evaluate
+from research.failures import FailureClass, classify_result
+from research.gateway import LLMGateway
+from research.node import TaskRoots
+from research.worker import UntrustedTask
+from sandbox import SandboxSpec, make_sandbox
+from sandbox.bwrap import BwrapSandbox
+from tests.support.openai_server import OpenAITestServer
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CODE_DIRS = ("configs", "harness", "memsys")
+#: a reader as memsys.predict runs one: the real LLMClient over the gateway socket named by MEMSYS_LLM_UDS,
+#: a MEMSYS_ERROR line on a typed error
+READER = """
+import json, sys
+from memsys.config import LLMConfig
+from memsys.errors import MemsysError
+from memsys.llm import LLMClient
+req = json.load(open(sys.argv[1]))
+out = open(req["out_dir"] + "/answers.jsonl", "w")
+cfg = LLMConfig(backend="openai", model="any", api_key_env="MEMSYS_NO_KEY", max_retries=0, cache=False, timeout_s=60)
+try:
+    with LLMClient(cfg) as llm:
+        for i in range(req["calls"]):
+            out.write(llm.chat([{"role": "user", "content": f"question {i} of {req['name']}"}], max_tokens=20).text + "\\n")
+            out.flush()
+except MemsysError as exc:
+    print(f"MEMSYS_ERROR kind={exc.kind} message={exc}", file=sys.stderr)
+    sys.exit(1)
+"""
+#: answers = the view file the request names, as the sandbox read it
+ECHO_VIEW = "import json, sys; r = json.load(open(sys.argv[1])); open(r['out_dir'] + '/answers.jsonl', 'w').write(open(r['view_path']).read())"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the driver's node runs no evaluation
+    worker = c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    ray.init(address=c.address, log_to_driver=False)
+    yield c, worker
+    ray.shutdown()
+    c.shutdown()
+
+
+def _executor(c, **kw):
+    from research.executor import RayExecutor
+
+    return RayExecutor(RayConfig(address=c.address, **kw))
+
+
+def _task(tmp: Path, name: str, program: str, request: dict, *, gateway: LLMGateway | None = None,
+          sandbox: str = "process") -> UntrustedTask:
+    """A task shaped like an evaluation's: the repo's code folders, a public view with its request."""
+    work = tmp / name
+    public, out = work / "public", work / "out"
+    public.mkdir(parents=True)
+    out.mkdir()
+    (public / "view.json").write_text(json.dumps({"view": name}))
+    req = public / "request.json"
+    req.write_text(json.dumps({"view_path": str(public / "view.json"), "out_dir": str(out), "name": name, **request}))
+    env = {"PYTHONPATH": str(REPO), "HOME": str(out)}
+    readonly = [REPO / d for d in CODE_DIRS] + [public, Path(sys.prefix), Path(sys.base_prefix)]
+    if gateway is not None:
+        env.update(gateway.child_env())
+        readonly.append(gateway.socket_path.parent)
+    spec = SandboxSpec(argv=[sys.executable, "-c", program, str(req)], workdir=out, writable=[out], readonly=readonly,
+                       env=env, network="none", wall_timeout_s=120)
+    roots = TaskRoots(REPO, CODE_DIRS, work, public, req, gateway.socket_path if gateway is not None else None)
+    return UntrustedTask(make_sandbox(sandbox), spec, out / "answers.jsonl", name, roots)
+
+
+def test_two_readers_on_another_node_share_the_drivers_budget_through_the_relay(cluster, tmp_path):
+    c, worker = cluster
+    cap = 100  # each call reserves ~30 tokens (prompt + max_tokens=20) and books ~6: about 14 calls of 60 asked
+    budget = Budget(max_tokens=cap)
+    sock_dir = Path(tempfile.mkdtemp(prefix="memsys-gw-"))
+    ex = _executor(c)
+    try:
+        with OpenAITestServer() as server, LLMGateway(server.base_url, socket_path=sock_dir / "llm.sock",
+                                                      api_key="sk-test", model="test-model", budget=budget) as gw:
+            before = gw.usage()
+            tasks = [_task(tmp_path, name, READER, {"calls": 30}, gateway=gw) for name in ("a", "b")]
+            results = dict(ex.run_all(tasks))
+            used = gw.usage() - before
+            assert budget.used_tokens <= cap and used.prompt_tokens + used.completion_tokens == budget.used_tokens
+            assert used.forwarded == len(server.chat_requests) < 60 and used.rejected_budget == 2
+            answered = sum(results[i].answers.count(b"ok\n") for i in (0, 1))
+            assert 0 < answered == used.forwarded  # every call that reached the model was the sandboxes', relayed
+            for i in (0, 1):
+                r = results[i]
+                assert r.node == worker.node_id and r.relayed and r.shipped == ()
+                assert not r.sandbox.ok  # refused at some call: the budget, shared by both, is spent
+                failure = classify_result(r.sandbox, result_status="missing", metrics=None, parent_metrics=None,
+                                          code_changed=True, edited_paths=[])
+                failure = _check_endpoint_claim(failure, gw, before, True)  # the gateway saw the refusals
+                assert failure.cls is FailureClass.INFRASTRUCTURE and failure.is_infrastructure
+                assert failure.message.startswith("budget"), failure.message
+    finally:
+        ex.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def test_a_public_view_that_differs_on_the_node_is_shipped_and_never_is_an_infrastructure_error(cluster, tmp_path):
+    c, worker = cluster
+    auto, never = _executor(c), _executor(c, ship="never")
+    try:
+        task = _task(tmp_path, "view", ECHO_VIEW, {})
+        same = auto.run(task)
+        assert same.answers == b'{"view": "view"}' and same.shipped == () and not same.relayed
+        needs = auto.needs_of(task)  # what the driver prepared ...
+        strict = never.needs_of(task)
+        (task.roots.public / "view.json").write_text('{"view": "stale"}')  # ... and what the node's copy now holds
+        shipped = auto.run(task, needs)
+        assert shipped.node == worker.node_id and shipped.shipped == ("public",)
+        assert shipped.answers == b'{"view": "view"}'  # the sandbox read the driver's view, not the node's
+        with pytest.raises(ExecutorError, match=r"the public at .* is different .* research.ray.ship=never"):
+            never.run(task, strict)
+    finally:
+        auto.close()
+        never.close()
+
+
+@pytest.mark.skipif(not BwrapSandbox().available()[0], reason="bwrap unavailable")
+def test_an_evaluation_shipped_to_the_node_scores_as_the_local_one(cluster, runs, locomo_path):
+    from benchmarks.config import load_eval_setup
+
+    c, worker = cluster
+    base = ["benchmark=locomo", "split=dev", "sample=tiny", "memory=naive", "reader=none", "mlflow=false", "workers=1"]
+
+    def run(run_id: str, executor):
+        setup = load_eval_setup([*base, f"run_id={run_id}"])
+        job = EvalJob(setup, REPO, "naive", runs / run_id / "untrusted")
+        return evaluate(job, BwrapSandbox(), executor=executor)
+
+    local = run("ship-local", None)
+    ex = _executor(c, ship="always")
+    try:
+        remote = run("ship-ray", ex)
+    finally:
+        ex.close()
+    assert local.ok and remote.ok, (local.failure, remote.failure)
+    assert remote.placement["executor_node"] == worker.node_id and remote.placement["shipped"] == ["tree", "public"]
+    stable = lambda m: {k: v for k, v in m.items() if k != "wall_s"}  # noqa: E731
+    assert stable(remote.result["metrics"]) == stable(local.result["metrics"])
+    assert remote.objective_value == local.objective_value

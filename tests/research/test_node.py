@@ -1,0 +1,114 @@
+"""research.node without Ray: digests of what a sandbox mounts, the environment check against real
+interpreters, and the spec rewritten to a node's paths.
+
+Real pieces: files on disk, this venv's interpreter and the system's (/usr/bin/python3) when present.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from research.node import (
+    Content,
+    Environment,
+    NodeFault,
+    NodeNeeds,
+    TaskRoots,
+    content_digest,
+    prepare_on_node,
+    rebase_spec,
+)
+from research.worker import UntrustedTask
+from sandbox import SandboxSpec, make_sandbox
+
+
+def _tree(root: Path) -> Path:
+    (root / "memsys" / "__pycache__").mkdir(parents=True)
+    (root / "memsys" / "a.py").write_text("A = 1\n")
+    (root / "configs").mkdir()
+    (root / "configs" / "x.yaml").write_text("x: 1\n")
+    return root
+
+
+def test_the_digest_covers_names_bytes_and_exec_bits_not_bytecode(tmp_path):
+    root = _tree(tmp_path / "t")
+    names = ("configs", "memsys")
+    first = content_digest(root, names)
+    (root / "memsys" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0bytecode")
+    assert content_digest(root, names) == first  # the sandbox's own bytecode changes nothing
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    assert content_digest(copy, names) == first  # where it lies does not matter
+    (copy / "memsys" / "a.py").write_text("A = 2\n")
+    assert content_digest(copy, names) != first
+    os.chmod(root / "configs" / "x.yaml", 0o755)
+    assert content_digest(root, names) != first
+    assert content_digest(root, ("memsys", "harness")) is None  # a missing folder: nothing to compare
+
+
+def test_an_environment_is_equal_to_itself_and_another_interpreter_differs():
+    here = Environment.of(sys.executable)
+    assert here is not None and here.count > 10 and here.differences(Environment.of(sys.executable)) == []
+    assert here.differences(None) == [f"python {sys.executable} is missing or does not run"]
+    assert Environment.of("/nonexistent/bin/python") is None
+    system = Environment.of("/usr/bin/python3") if Path("/usr/bin/python3").exists() else None
+    if system is None:
+        pytest.skip("no second interpreter on this machine")
+    differs = " ".join(here.differences(system))
+    assert "installed distributions differ" in differs
+
+
+def _task(tmp: Path, python: str) -> tuple[UntrustedTask, NodeNeeds]:
+    tree = _tree(tmp / "tree")
+    work = tmp / "work"
+    (work / "public").mkdir(parents=True)
+    (work / "out").mkdir()
+    (work / "public" / "view.json").write_text("{}")
+    request = work / "public" / "request.json"
+    request.write_text('{"view_path": "%s", "out_dir": "%s"}' % (work / "public" / "view.json", work / "out"))
+    spec = SandboxSpec(argv=[python, "-c", "pass", str(request)], workdir=work / "out", writable=[work / "out"],
+                       readonly=[tree / "memsys", work / "public"], env={"PYTHONPATH": str(tree)})
+    roots = TaskRoots(tree, ("configs", "memsys"), work, work / "public", request)
+    task = UntrustedTask(make_sandbox("process"), spec, work / "out" / "answers.jsonl", "t", roots)
+    needs = NodeNeeds(Content("tree", tree, roots.code_dirs, content_digest(tree, roots.code_dirs)),
+                      Content("public", work / "public", ("view.json",), content_digest(work / "public", ("view.json",))),
+                      Environment.of(sys.executable), request.read_bytes(), "never", str(tmp / "cache"))
+    return task, needs
+
+
+def test_a_node_whose_environment_differs_fails_in_one_line_naming_it(tmp_path):
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("no second interpreter on this machine")
+    task, needs = _task(tmp_path, "/usr/bin/python3")  # the driver expects this venv's interpreter
+    fault = prepare_on_node(task, needs, "node-7 (hostB)")
+    assert isinstance(fault, NodeFault) and "\n" not in fault.message
+    assert fault.message.startswith("node node-7 (hostB): the environment differs from the driver's: python 3.")
+    assert "installed distributions differ" in fault.message
+
+
+def test_a_node_that_matches_runs_the_spec_as_given_and_never_ships_a_different_view_unasked(tmp_path):
+    task, needs = _task(tmp_path, sys.executable)
+    placed = prepare_on_node(task, needs, "n1")
+    assert placed.spec == task.spec and placed.shipped == () and placed.scratch is None
+    (tmp_path / "work" / "public" / "view.json").write_text('{"stale": true}')
+    fault = prepare_on_node(task, needs, "n1")  # research.ray.ship=never: no bundle to take
+    assert isinstance(fault, NodeFault)
+    assert "the public at" in fault.message and "is different" in fault.message and "ship=never" in fault.message
+
+
+def test_rebased_spec_moves_paths_and_drops_caches_this_node_lacks(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    (new / "code").mkdir(parents=True)
+    spec = SandboxSpec(argv=["python", str(old / "code" / "r.json")], workdir=old / "code",
+                       readonly=[old / "code", tmp_path / "gone"],
+                       env={"PYTHONPATH": f"{old / 'code'}{os.pathsep}{old}x", "STORES": str(tmp_path / "gone"),
+                            "BASE": "http://gateway/v1"})
+    moved = rebase_spec(spec, {str(old): str(new)})
+    assert moved.argv == ("python", str(new / "code" / "r.json")) and moved.workdir == new / "code"
+    assert moved.readonly == (new / "code",)
+    assert moved.env == {"PYTHONPATH": f"{new / 'code'}{os.pathsep}{old}x", "BASE": "http://gateway/v1"}
