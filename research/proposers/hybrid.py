@@ -13,7 +13,7 @@ from typing import Any
 
 from research.errors import ProposalFormatError
 from research.proposers.base import Proposal, Proposer, ResearchContext
-from research.proposers.llm import LLMProposer, batch_line, batch_schema, share_reply, step_prompt
+from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
 from research.study import SharedStudy, field_levers, overrides_of
 
 
@@ -67,13 +67,7 @@ class HybridProposer(Proposer):
         r = self.researcher
         reply = r._chat(r._messages(user), batch_schema(subspace_schema(ids), k), seed=ctx.seed * 100,
                         temperature=None, max_tokens=r.max_tokens * k)
-        items = (reply.parsed or {}).get("proposals") if isinstance(reply.parsed, dict) else None
-        out = []
-        for item in (items if isinstance(items, list) else [])[:k]:
-            try:
-                out.append(_subspace_proposal(item, ids, ctx.seed * 100))
-            except ProposalFormatError:
-                continue
+        out = batch_items(reply, k, lambda item: _subspace_proposal(item, ids, ctx.seed * 100))
         share_reply(out, reply, ctx.seed * 100)
         return out
 

@@ -110,6 +110,21 @@ def batch_line(k: int) -> str:
     return _template("researcher_batch.txt").substitute(k=k).strip()
 
 
+def batch_items(reply: Any, k: int, parse: Any) -> list[Proposal]:
+    """The proposals of a batch reply that ``parse`` accepts (at most ``k``). None at all is a format
+    error that says why, so the round's progress line shows it before asking one at a time."""
+    items = reply.parsed.get("proposals") if isinstance(reply.parsed, dict) else None
+    out, why = [], []
+    for item in (items if isinstance(items, list) else [])[:k]:
+        try:
+            out.append(parse(item))
+        except ProposalFormatError as exc:
+            why.append(str(exc))
+    if not out:
+        raise ProposalFormatError(f"the batch reply holds no usable proposal ({why[0] if why else 'no proposals'})")
+    return out
+
+
 def share_reply(props: list[Proposal], reply: Any, seed: int) -> None:
     """One reply's tokens and cost spread over the proposals it carried (the run's totals stay exact)."""
     tokens, n = reply.prompt_tokens + reply.completion_tokens, max(1, len(props))
@@ -209,13 +224,7 @@ class LLMProposer(Proposer):
         user = f"{self.step_prompt(ctx)}\n\n{batch_line(k)}"
         reply = self._chat(self._messages(user), batch_schema(self._schema(ctx), k), seed=seed, temperature=None,
                            max_tokens=self.max_tokens * k)
-        items = (reply.parsed or {}).get("proposals") if isinstance(reply.parsed, dict) else None
-        out = []
-        for item in (items if isinstance(items, list) else [])[:k]:
-            try:
-                out.append(self._parse(item, ctx))
-            except ProposalFormatError:
-                continue
+        out = batch_items(reply, k, lambda item: self._parse(item, ctx))
         share_reply(out, reply, seed)
         return out
 

@@ -207,6 +207,9 @@ def test_menu_batch_is_one_request_for_k_different_proposals(naive, server, clie
     # the dead lever's item is dropped (the round asks for that candidate on its own)
     assert [p.config_overrides for p in props] == [["retrieval.dense_k=20", "retrieval.top_k=20"]]
     assert props[0].tokens == 101 and props[0].seed == 400
+    server.enqueue(Reply.of_json({"proposals": [dead]}))  # nothing usable: the round asks one at a time
+    with pytest.raises(ProposalFormatError, match="no usable proposal .*dead"):
+        LLMProposer(client, mode="menu").propose_batch(ctx_for(naive), 2)
 
 
 def test_code_batch_shares_the_reply_and_single_asks_without_batch(naive, server, client) -> None:
@@ -258,3 +261,19 @@ def test_batched_replies_must_fit_the_local_window() -> None:
     with pytest.raises(ConfigError, match="6 proposals per reply: or research.researcher.batch=false"):
         check_context_fits(load_run_setup(wide))
     check_context_fits(load_run_setup([*wide, "research.researcher.batch=false"]))
+
+
+def test_a_batch_asked_again_comes_from_the_reply_cache(naive, server, tmp_path) -> None:
+    """A resumed round asks the same batch prompt with the same seed: one cached reply, the same proposals."""
+    from memsys.llm.cache import ResponseCache
+
+    one = {"hypothesis": "a", "discovery_type": "hyperparameter_tuning", "config_overrides": ["retrieval.top_k=3"], "edits": []}
+    server.enqueue(Reply.of_json({"proposals": [one, {**one, "hypothesis": "b", "config_overrides": ["retrieval.top_k=4"]}]}))
+    cfg = LLMConfig(backend="openai", model="test-model", base_url=server.base_url, cache=True, max_retries=0)
+    runs = []
+    for _ in range(2):
+        with LLMClient(cfg, cache=ResponseCache(tmp_path / "replies.sqlite")) as c:
+            runs.append(LLMProposer(c, mode="code").propose_batch(ctx_for(naive, seed=6), 2))
+    assert len(server.chat_requests) == 1
+    assert [(p.hypothesis, p.config_overrides, p.seed) for p in runs[1]] == \
+        [(p.hypothesis, p.config_overrides, p.seed) for p in runs[0]]
