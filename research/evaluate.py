@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from benchmarks.config import EvalSetup, baseline_budget
 from benchmarks.runner import EvalResult, finish_eval, prepare_run, selection
@@ -222,30 +222,33 @@ class _Attempt:
 def evaluate(job: EvalJob, sandbox: Any, *, gateway: Gateway | None = None, shared: SharedCache | None = None,
              llm: Any = None, parent_metrics: dict[str, Any] | None = None, code_changed: bool = False,
              edited_paths: Sequence[str] = (), raise_errors: bool = False, bench: Any = None,
-             on_progress: Any = None, executor: Executor | None = None) -> EvalOutcome:
+             on_progress: Any = None, executor: Executor | None = None,
+             on_start: Callable[[str, str], None] | None = None) -> EvalOutcome:
     """Run both halves. ``sandbox=None`` runs the untrusted half in this process (tests, benches,
     a user's own code): the same code and the same scoring, without isolation; ``raise_errors``
     then lets its typed errors through instead of classifying them. ``on_progress(done, total)``
     follows the answers as the untrusted half writes them. ``executor`` says where the sandbox
-    runs (research.executor; default: here); the scoring always runs here."""
+    runs (research.executor; default: here); the scoring always runs here. ``on_start(node, host)``:
+    where the untrusted half started, as soon as it starts (executors that place tasks elsewhere)."""
     bench = bench if bench is not None else selection(job.setup)  # gold included: trusted side only
     if on_progress is None:
         return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
-                         raise_errors, bench, executor)
+                         raise_errors, bench, executor, on_start)
     total = sum(len(c.questions) for c in bench.conversations)
     with answer_progress(job.work_dir / "out" / ANSWERS_FILE, total, on_update=on_progress):
         return _evaluate(job, sandbox, gateway, shared, llm, parent_metrics, code_changed, edited_paths,
-                         raise_errors, bench, executor)
+                         raise_errors, bench, executor, on_start)
 
 
 def _evaluate(job: EvalJob, sandbox: Any, gateway: Gateway | None, shared: SharedCache | None, llm: Any,
               parent_metrics: dict[str, Any] | None, code_changed: bool, edited_paths: Sequence[str],
-              raise_errors: bool, bench: Any, executor: Executor | None) -> EvalOutcome:
+              raise_errors: bool, bench: Any, executor: Executor | None,
+              on_start: Callable[[str, str], None] | None = None) -> EvalOutcome:
     if sandbox is not None:
         pending = begin_sandboxed(job, bench, sandbox, gateway=gateway, shared=shared, parent_metrics=parent_metrics,
                                   code_changed=code_changed, edited_paths=edited_paths, raise_errors=raise_errors)
         try:
-            ran: UntrustedResult | ExecutorError = (executor or LocalExecutor()).run(pending.task)
+            ran: UntrustedResult | ExecutorError = (executor or LocalExecutor()).run(pending.task, on_start=on_start)
         except ExecutorError as exc:
             ran = exc
         return end_sandboxed(pending, ran)

@@ -7,7 +7,9 @@ process (research.evaluate scores what comes back).
 - ``local`` runs each task in the calling thread: today's behaviour, the default. It checks and
   ships nothing and starts no relay.
 - ``ray`` sends each task to a Ray worker: on the cluster at ``research.ray.address``, else on a
-  local Ray instance sized to this machine. A task whose worker or node dies is re-run by Ray
+  local Ray instance sized to this machine. ``run`` says where a task started as soon as it starts
+  (``on_start(node, host)``: the task is a Ray generator whose first item is its placement), so a
+  progress line names the node before the evaluation ends. A task whose worker or node dies is re-run by Ray
   (``research.ray.max_retries``), on another node when one is left; if every try dies the
   evaluation fails as infrastructure (ExecutorError), never against the candidate.
 
@@ -35,12 +37,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
-from typing import TYPE_CHECKING, Any, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 from research.errors import ExecutorError
 from research.node import NodeFault, NodeNeeds, Shipments
-from research.worker import UntrustedResult, UntrustedTask, run_on_node, run_untrusted
+from research.relay import RelayTarget
+from research.worker import UntrustedResult, UntrustedTask, node_id, run_on_node, run_untrusted
 
 if TYPE_CHECKING:
     from research.config import ExecutionConfig, RayConfig
@@ -48,10 +52,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: ``on_start(node, host)``: where a task started, called once when it starts
+OnStart = Callable[[str, str], None]
+
+
 class Executor(Protocol):
     name: str
 
-    def run(self, task: UntrustedTask) -> UntrustedResult: ...
+    def run(self, task: UntrustedTask, on_start: OnStart | None = None) -> UntrustedResult: ...
 
     def run_all(self, tasks: Sequence[UntrustedTask]) -> Iterator[tuple[int, UntrustedResult | ExecutorError]]: ...
 
@@ -65,8 +73,8 @@ class LocalExecutor:
 
     name = "local"
 
-    def run(self, task: UntrustedTask) -> UntrustedResult:
-        return run_untrusted(task)
+    def run(self, task: UntrustedTask, on_start: OnStart | None = None) -> UntrustedResult:
+        return run_untrusted(task)  # here: nothing to announce
 
     def run_all(self, tasks: Sequence[UntrustedTask]) -> Iterator[tuple[int, UntrustedResult | ExecutorError]]:
         for i, task in enumerate(tasks):
@@ -95,6 +103,7 @@ class RayExecutor:
             _start_ray(ray, cfg)
         self._cfg = cfg
         self._remote = ray.remote(run_on_node).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
+        self._placed = ray.remote(run_on_node_placed).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
         self._shipments = Shipments(cfg.ship, cfg.node_cache)
         self._bridges: dict[str, Any] = {}  # gateway socket -> research.relay.GatewayBridge
         self._bridge_lock = threading.Lock()
@@ -107,8 +116,19 @@ class RayExecutor:
         except (OSError, RuntimeError) as exc:
             raise ExecutorError(f"{task.label or 'evaluation'}: cannot describe what a node needs: {exc}") from exc
 
-    def run(self, task: UntrustedTask, needs: NodeNeeds | None = None) -> UntrustedResult:
-        return self._get(self._submit(task, needs), task)
+    def run(self, task: UntrustedTask, on_start: OnStart | None = None, needs: NodeNeeds | None = None) -> UntrustedResult:
+        """The task on a worker; ``on_start`` hears its node and host when it starts there."""
+        if on_start is None:
+            return self._get(self._submit(task, needs), task)
+        stream = self._placed.remote(task, needs or self.needs_of(task), self._relay_target(task))
+        try:
+            node, host = self._ray.get(next(stream))
+            on_start(node, host)
+            return self._get(next(stream), task)
+        except StopIteration as exc:
+            raise ExecutorError(f"{task.label or 'evaluation'}: the Ray task ended without a result") from exc
+        except self._ray.exceptions.RayError as exc:
+            raise _failed(task, exc) from exc
 
     def _submit(self, task: UntrustedTask, needs: NodeNeeds | None = None) -> object:
         return self._remote.remote(task, needs or self.needs_of(task), self._relay_target(task))
@@ -145,9 +165,7 @@ class RayExecutor:
         try:
             out = self._ray.get(ref)
         except self._ray.exceptions.RayError as exc:
-            first = " ".join(str(exc).split())[:300]
-            raise ExecutorError(f"{task.label or 'evaluation'}: the Ray task failed on every try "
-                                f"({type(exc).__name__}: {first})") from exc
+            raise _failed(task, exc) from exc
         if isinstance(out, NodeFault):  # the node cannot run it (environment, shipping, relay): our side
             raise ExecutorError(f"{task.label or 'evaluation'}: {out.message}")
         return out
@@ -166,14 +184,28 @@ class RayExecutor:
             self._ray.shutdown()
 
 
+def run_on_node_placed(task: UntrustedTask, needs: NodeNeeds | None,
+                       relay: RelayTarget | None) -> Iterator[tuple[str, str] | UntrustedResult | NodeFault]:
+    """A Ray generator task: first where it runs (node id, host), then ``run_on_node``'s result.
+    A retried task yields again from the start; the driver has read the first placement by then."""
+    yield node_id(), socket.gethostname()
+    yield run_on_node(task, needs, relay)
+
+
+def _failed(task: UntrustedTask, exc: Exception) -> ExecutorError:
+    first = " ".join(str(exc).split())[:300]
+    return ExecutorError(f"{task.label or 'evaluation'}: the Ray task failed on every try ({type(exc).__name__}: {first})")
+
+
 def _start_ray(ray: object, cfg: "RayConfig") -> None:
     """Connect to ``cfg.address``, or start a local instance with this machine's cores (or ``num_cpus``)."""
     try:
         if cfg.address:
             ray.init(address=cfg.address, log_to_driver=False, logging_level=logging.WARNING)
         else:
-            ray.init(num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
+            # address="local": a new instance of our own, never a cluster another process left running here
+            ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError
         where = cfg.address or "a local instance"
         raise ExecutorError(f"could not start Ray on {where}: {' '.join(str(exc).split())[:300]}") from exc

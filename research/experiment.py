@@ -149,13 +149,16 @@ class Experiment:
         d["overhead_s"] = max(0.0, d["total_s"] - measured)  # worktree, apply, commit, bookkeeping
 
     # ------------------------------------------------------------------ propose + static screen
-    def propose(self) -> Proposal | Stop:
-        """A proposal that passes the static screen, re-asking (bounded) when it does not."""
+    def propose(self, first: Proposal | None = None, spent_s: float = 0.0) -> Proposal | Stop:
+        """A proposal that passes the static screen, re-asking (bounded) when it does not.
+
+        ``first``: this candidate's proposal from a round's batch (``spent_s``: its share of that
+        request's time); it is screened and re-asked like one asked here."""
         loop, rec = self.loop, self.rec
-        loop.stage(rec, "propose", f"{self.proposer.name} ({loop.state.mode})")
-        t = time.perf_counter()
+        loop.stage(rec, "propose", f"{self.proposer.name} ({loop.state.mode})" + (", from the round's batch" if first else ""))
+        t = time.perf_counter() - spent_s
         try:
-            prop = loop.propose(self.proposer, self.ctx, rec)
+            prop = first if first is not None else loop.propose(self.proposer, self.ctx, rec)
         except (ProposalFormatError, MemsysError) as exc:
             rec.durations["propose_s"] = time.perf_counter() - t
             return Stop("failed", classify_exception(exc), "propose")

@@ -29,7 +29,7 @@ from research import decide as D
 from research.caches import HELDOUT_DIR, SharedCache
 from research.config import RunSetup, run_setup_from_dict
 from research.edits import apply_config_overrides, apply_edits
-from research.errors import EditApplyError, ForbiddenEditError, RunStateError
+from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
 from research.evaluate import EvalJob, EvalOutcome, evaluate, open_gateway, reader_config_for_sandbox, short_socket_dir
 from research.experiment import Experiment
 from research.failures import FailureClass, _failure, one_line
@@ -184,7 +184,7 @@ class ResearchLoop:
                 if k > 1:
                     from research.round import Round
 
-                    Round(self, self._proposer_for(proposers, st.next_index), k).run()
+                    Round(self, [self._proposer_for(proposers, st.next_index)] * k).run()
                 else:
                     Experiment(self, self._proposer_for(proposers, st.next_index)).run()
             st.elapsed_s = time.monotonic() - started
@@ -206,9 +206,10 @@ class ResearchLoop:
         self.on_event("confirmed", {"record": record, "line": describe(record)})
 
     def _round_size(self) -> int:
-        """Candidates this round: research.parallel, never past the experiment budget."""
+        """Candidates this round: research.parallel, never past the experiment budget nor the proposal cap."""
         st, b = self.state, self.setup.research.budget
-        return max(1, min(self.setup.research.parallel, b.experiments - st.evaluated))
+        cap = self.setup.research.loop.max_proposals_factor * b.experiments
+        return max(1, min(self.setup.research.parallel, b.experiments - st.evaluated, cap - st.proposals))
 
     def _stop_reason(self) -> str | None:
         st, b, lc = self.state, self.setup.research.budget, self.setup.research.loop
@@ -310,6 +311,17 @@ class ResearchLoop:
             if self.setup.eval.llm.backend != "local":  # the switch itself failed
                 raise
             return proposer.propose(ctx)
+
+    def propose_batch(self, proposer: Proposer, ctx: ResearchContext, k: int, rec: ExperimentRecord) -> list[Proposal]:
+        """A round's proposals in one go (``Proposer.propose_batch``). A batch that fails altogether
+        gives none: every candidate is then asked on its own (``propose``, with the 403 fallback), so a
+        failure is recorded against the candidate it hits."""
+        self.stage(rec, "propose", f"{proposer.name}: a batch of {k} candidates")
+        try:
+            return list(proposer.propose_batch(ctx, k))[:k]
+        except (ProposalFormatError, MemsysError) as exc:
+            self.stage(rec, "propose", f"the batch failed ({one_line(str(exc))[:160]}): asking one at a time")
+            return []
 
     # ------------------------------------------------------------------ configs, keys, the study
     def config_at(self, commit: str) -> Any:
@@ -421,9 +433,12 @@ class ResearchLoop:
         def progress(done: int, n: int) -> None:
             self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})
 
+        def started(node: str, host: str) -> None:  # executor=ray: the node is known before the evaluation ends
+            self.on_event("started", {"experiment": exp_id, "stage": stage, "node": node, "host": host})
+
         out = evaluate(job, self._sandbox_obj(), gateway=self.gateway if use_reader else None, shared=shared,
                        parent_metrics=None, code_changed=code_changed, edited_paths=list(edited), on_progress=progress,
-                       executor=self.executor)
+                       executor=self.executor, on_start=started)
         if isinstance(rec, ExperimentRecord):
             self._note_eval(rec, out)
         if out.placement and out.placement.get("executor_node") != "local":

@@ -7,6 +7,9 @@ metric, the replayed one, the delta and whether the original decision still hold
 Each step goes through the loop's own stages (screens, evaluation, paired test, the check
 slice, the decision rule of the original's loop settings) and the state is the same fold
 over the journal, so a decision that differs is a real difference, not a different rule.
+A run made with ``research.parallel=K`` is replayed round by round (records carry ``round_of``):
+the round's recorded candidates are measured together against the same best and decided by the
+round's rule, so ``not_taken`` comes back as ``not_taken``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Sequence
 
 from harness.atomic import atomic_write_json
 from harness.paths import runs_dir
-from research.errors import RunStateError
+from research.errors import ProposalFormatError, RunStateError
 from research.proposers.base import Proposal, Proposer
 from research.state import LoopState
 from research.trajectory import Edit, ExperimentRecord, read_trajectory
@@ -74,12 +77,12 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
         if setup.eval.eval.reader == "llm":
             loop._open_llm(stack)
         try:
-            for rec in steps:
-                step = _replay_step(loop, rec)
-                out_steps.append(step)
+            for group in rounds(steps):
+                done = _replay_round(loop, group) if len(group) > 1 else [_replay_step(loop, group[0])]
+                out_steps += done
                 loop.state.elapsed_s = time.perf_counter() - t0
                 loop.state.save(loop.run_dir)
-                if console:
+                for rec, step in zip(group, done) if console else ():
                     console.print(f"{rec.experiment_id}: recorded {step['recorded']} replayed {step['replayed']} "
                                   f"decision {rec.decision} -> {step['replayed_decision']} ({step['status']})")
         finally:
@@ -106,6 +109,9 @@ class RecordedProposer(Proposer):
 
     def propose(self, ctx: Any) -> Proposal:
         r = self.rec
+        if not r.edits and not r.config_overrides:  # failed before anything was proposed: it fails again
+            why = (r.failure or {}).get("message") or "no edits and no config overrides recorded"
+            raise ProposalFormatError(f"nothing to re-apply: {' '.join(str(why).split())[:200]}")
         return Proposal(r.hypothesis, r.proposed_type or r.discovery_type or "", r.expected_effect,
                         [Edit(**e) for e in r.edits], list(r.config_overrides), seed=r.seed, subspace=list(r.subspace))
 
@@ -120,9 +126,7 @@ def _replay_step(loop: Any, rec: ExperimentRecord) -> dict[str, Any]:
     from research.failures import FailureClass, _failure
 
     st = loop.state
-    step = {"index": rec.index, "experiment_id": rec.experiment_id, "recorded": rec.objective_value,
-            "recorded_decision": rec.decision, "replayed": None, "delta": None, "replayed_decision": None,
-            "holds": None, "status": "ok"}
+    step = _step(rec)
     st.next_index = rec.index
     if rec.index == 0:
         loop._baseline()
@@ -139,7 +143,41 @@ def _replay_step(loop: Any, rec: ExperimentRecord) -> dict[str, Any]:
         return step
     else:
         Experiment(loop, RecordedProposer(rec)).run()
-    new = loop.records[-1]
+    return _outcome(step, rec, loop.records[-1])
+
+
+def rounds(steps: list[ExperimentRecord]) -> list[list[ExperimentRecord]]:
+    """The steps in the groups they were decided in: a research.parallel round (consecutive records of
+    one ``round_of``) together, every other record alone."""
+    out: list[list[ExperimentRecord]] = []
+    for rec in steps:
+        last = out[-1][-1] if out else None
+        same = (last is not None and rec.round_of is not None and last.round_of == rec.round_of
+                and rec.index == last.index + 1)
+        if same:
+            out[-1].append(rec)
+        else:
+            out.append([rec])
+    return out
+
+
+def _replay_round(loop: Any, recs: list[ExperimentRecord]) -> list[dict[str, Any]]:
+    """One recorded round through research.round: its candidates measured together and decided by the
+    round's rule (the best passing one taken, the others not taken)."""
+    from research.round import Round
+
+    loop.state.next_index = recs[0].index
+    Round(loop, [RecordedProposer(r) for r in recs]).run()
+    return [_outcome(_step(rec), rec, new) for rec, new in zip(recs, loop.records[-len(recs):])]
+
+
+def _step(rec: ExperimentRecord) -> dict[str, Any]:
+    return {"index": rec.index, "experiment_id": rec.experiment_id, "recorded": rec.objective_value,
+            "recorded_decision": rec.decision, "replayed": None, "delta": None, "replayed_decision": None,
+            "holds": None, "status": "ok"}
+
+
+def _outcome(step: dict[str, Any], rec: ExperimentRecord, new: ExperimentRecord) -> dict[str, Any]:
     step["replayed"], step["replayed_decision"] = new.objective_value, new.decision
     step["holds"] = new.decision == rec.decision
     if rec.objective_value is not None and new.objective_value is not None:

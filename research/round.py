@@ -1,30 +1,36 @@
 """K candidates per round (``research.parallel=K``): propose K, evaluate them at once, take the best.
 
-A round asks the proposer K times (each candidate its own step seed, so TPE and the sampled LLM
-give different proposals; a candidate repeating another of the round goes back like any repeat),
-applies each on its own worktree and branch, then measures them concurrently: each candidate's
-screen/evaluate/heal cascade (research.measure) runs in a thread of this process and sends its
-sandboxed half to the executor (research.executor), so with ``executor=ray`` the K evaluations run
-on K workers. Deciding stays here: every measured candidate gets the paired test against the same
-best; the best-valued one whose decision is ``proceed`` and that holds on the check slice is taken.
-If none is, the best-valued candidate keeps its own decision (iterate, pivot). Every other measured
-candidate is recorded as ``not_taken`` with its numbers (it spends budget, it moves nothing), and
-failed or rejected ones as such. Records are appended in index order, so the state is the same fold
-of the journal live and on resume.
+A round asks the proposer for a batch of K (``Proposer.propose_batch``): the LLM researcher in one
+request for K different hypotheses (research.researcher.batch; the hybrid's LLM part likewise, its
+TPE values per candidate), TPE and the random sampler K times, candidate i with step seed
+``seed + i``. A batch that comes back short is topped up with single asks. Each candidate's proposal
+then goes through the static screen on its own, in index order: a repeat of history or of an
+earlier candidate of this round, or a no-op, goes back to the proposer (reconsider) like any repeat.
+Each candidate is applied on its own worktree and branch, then all are measured concurrently: each
+candidate's screen/evaluate/heal cascade (research.measure) runs in a thread of this process and
+sends its sandboxed half to the executor (research.executor), so with ``executor=ray`` the K
+evaluations run on K workers. Deciding stays here: every measured candidate gets the paired test
+against the same best; the best-valued one whose decision is ``proceed`` and that holds on the
+check slice is taken. If none is, the best-valued candidate keeps its own decision (iterate,
+pivot). Every other measured candidate is recorded as ``not_taken`` with its numbers (it spends
+budget, it moves nothing), and failed or rejected ones as such. Records are appended in index
+order, each with ``round_of`` (the round's first index), so the state is the same fold of the
+journal live and on resume, and a replay (research.replay) regroups the rounds.
 
 Resume mid-round: each finished measurement is saved at once in round.json (the candidate's
 effective key, the trusted result and the screen). A resumed run asks the same questions of the
-same history (same step seeds; the LLM's replies are cached), and a candidate whose effective key
-has a saved measurement is not evaluated again.
+same history (the same batch prompt and step seeds; the LLM's replies are cached), and a candidate
+whose effective key has a saved measurement is not evaluated again.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.atomic import atomic_write_json
 from research import decide as D
@@ -52,9 +58,14 @@ class Candidate:
 
 
 class Round:
-    def __init__(self, loop: "ResearchLoop", proposer: "Proposer", k: int):
-        self.loop, self.k = loop, k
-        self.cands = [Candidate(Experiment(loop, proposer, offset=i)) for i in range(k)]
+    """One round of ``len(proposers)`` candidates; one proposer for all (a batch is asked of it), or one
+    per candidate (a replay's recorded proposals, each asked on its own)."""
+
+    def __init__(self, loop: "ResearchLoop", proposers: "Sequence[Proposer]"):
+        self.loop, self.k = loop, len(proposers)
+        self.cands = [Candidate(Experiment(loop, p, offset=i)) for i, p in enumerate(proposers)]
+        for c in self.cands:
+            c.exp.rec.round_of = self.cands[0].exp.rec.index
         self.path = loop.run_dir / ROUND_FILE
         self.saved = _load(self.path)
         self._lock = threading.Lock()
@@ -63,8 +74,10 @@ class Round:
         loop = self.loop
         ctx = loop.context()
         try:
+            batch, share_s = self._batch(ctx)
             for i, c in enumerate(self.cands):
-                self._propose_and_apply(c, replace(ctx, seed=ctx.seed + i))
+                first = batch[i] if i < len(batch) else None
+                self._propose_and_apply(c, replace(ctx, seed=ctx.seed + i), first, share_s if first else 0.0)
             ready = [c for c in self.cands if c.stop is None]
             if ready:
                 with ThreadPoolExecutor(max_workers=len(ready), thread_name_prefix="candidate") as pool:
@@ -83,10 +96,21 @@ class Round:
                     loop.ws.remove(c.exp.wt.path)
         self.path.unlink(missing_ok=True)
 
-    def _propose_and_apply(self, c: Candidate, ctx: Any) -> None:
+    def _batch(self, ctx: Any) -> tuple[list["Proposal"], float]:
+        """The round's proposals from one ``propose_batch`` (each candidate's share of its time), or
+        none when the candidates have proposers of their own."""
+        proposers = {id(c.exp.proposer) for c in self.cands}
+        if len(proposers) != 1:
+            return [], 0.0
+        first = self.cands[0].exp
+        t = time.perf_counter()
+        batch = self.loop.propose_batch(first.proposer, ctx, self.k, first.rec)
+        return batch, (time.perf_counter() - t) / max(1, len(batch))
+
+    def _propose_and_apply(self, c: Candidate, ctx: Any, first: "Proposal | None", spent_s: float) -> None:
         exp, loop = c.exp, self.loop
         exp.ctx = ctx
-        prop = exp.propose()
+        prop = exp.propose(first, spent_s)
         if isinstance(prop, Stop):
             c.stop = prop
             return

@@ -58,6 +58,8 @@ class EventPrinter:
       terminal one line updated in place, elsewhere at most one line every PROGRESS_STEP of the total;
     - ``experiment``: {record: ExperimentRecord, best}: decision, value, delta and paired test, then the
       hypothesis, the failure or rejection, and the lesson;
+    - ``started``: {experiment, stage, node, host} (executor=ray) as the evaluation starts on a node:
+      "exp-004 evaluate on node ab12cd34ef56: started on host-2"; ``placed`` the same when it ends;
     - ``sandbox``, ``propose``, ``heal``, ``confirm``, ``confirmed`` as before.
 
     Any other kind is ignored, and a missing field never raises (the printer must not stop the loop).
@@ -70,7 +72,7 @@ class EventPrinter:
         self._handlers = {"sandbox": self._sandbox, "propose": self._propose, "stage": self._stage,
                           "progress": self._progress, "experiment": self._experiment, "heal": self._heal,
                           "confirm": self._confirm, "confirmed": self._confirmed, "executor": self._executor,
-                          "placed": self._placed}
+                          "started": self._started, "placed": self._placed}
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         handler = self._handlers.get(kind)
@@ -97,6 +99,11 @@ class EventPrinter:
 
     def _executor(self, d: dict[str, Any]) -> None:
         self._print(Text(f"executor {d.get('executor', '?')}: {d.get('detail') or 'evaluations run here'}", style="dim"))
+
+    def _started(self, d: dict[str, Any]) -> None:
+        """Where an evaluation's untrusted half started (research.executor=ray), before it ends."""
+        self._print(Text(f"{d.get('experiment', '?')} {d.get('stage', '?')} on node {str(d.get('node', '?'))[:12]}: "
+                         f"started on {d.get('host', '?')}", style="dim"))
 
     def _placed(self, d: dict[str, Any]) -> None:
         """Which node ran an evaluation's untrusted half (research.executor=ray)."""

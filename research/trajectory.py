@@ -90,6 +90,7 @@ class ExperimentRecord:
     degraded: bool = False  # the decision's one definition of "worse" (research.decide); the state folds it
     seed: int | None = None  # sampling seed of the proposal
     subspace: list[str] = field(default_factory=list)  # hybrid: the levers the LLM handed to TPE
+    round_of: int | None = None  # research.parallel: index of the round's first candidate (replay regroups by it)
     version: int = TRAJECTORY_VERSION
 
     def to_json(self) -> str:

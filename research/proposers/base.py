@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness.errors import MemsysError
+from research.errors import ProposalFormatError
 from research.trajectory import Edit, ExperimentRecord
 
 
@@ -52,6 +54,20 @@ class Proposer(ABC):
 
     @abstractmethod
     def propose(self, ctx: ResearchContext) -> Proposal: ...
+
+    def propose_batch(self, ctx: ResearchContext, k: int) -> list[Proposal]:
+        """Up to ``k`` proposals for one round of ``research.parallel=k`` candidates.
+
+        The default asks ``propose`` k times, candidate i with step seed ``ctx.seed + i`` (so TPE and a
+        sampled LLM give different candidates). It stops at the first failure: the round asks the
+        missing candidates one at a time, where a failure is recorded against its own candidate."""
+        out: list[Proposal] = []
+        for i in range(k):
+            try:
+                out.append(self.propose(replace(ctx, seed=ctx.seed + i)))
+            except (ProposalFormatError, MemsysError):
+                break
+        return out
 
     def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
         """A repair edit for a failed attempt; None when this proposer cannot repair."""

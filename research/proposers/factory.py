@@ -33,7 +33,7 @@ def make_proposers(setup: Any, llm: Any, study: Any) -> dict[str, Proposer]:
         from research.proposers.llm import LLMProposer
 
         out["llm"] = LLMProposer(llm, mode=researcher_mode(setup), max_tokens=reply_tokens(setup),
-                                 temperature=rc.temperature, max_changes=rc.max_changes)
+                                 temperature=rc.temperature, max_changes=rc.max_changes, batch=rc.batch)
     if kind in ("optuna", "alternate"):
         from research.proposers.optuna_proposer import OptunaProposer
 
@@ -42,7 +42,7 @@ def make_proposers(setup: Any, llm: Any, study: Any) -> dict[str, Proposer]:
         from research.proposers.hybrid import HybridProposer
 
         out["hybrid"] = HybridProposer(llm, study, trials=rc.hybrid_trials, max_tokens=reply_tokens(setup),
-                                       temperature=rc.temperature)
+                                       temperature=rc.temperature, batch=rc.batch)
     if kind == "random":
         from research.proposers.random_proposer import RandomProposer
 
@@ -61,7 +61,15 @@ def check_context_fits(setup: Any) -> None:
     if llm.backend != "local" or not uses_llm_researcher(setup):
         return
     budget = setup.research.loop.context_budget_tokens
-    need = budget + PROMPT_OVERHEAD_TOKENS + reply_tokens(setup)
+    replies = batch_size(setup)  # a batched request's reply carries one proposal per candidate
+    need = budget + PROMPT_OVERHEAD_TOKENS + reply_tokens(setup) * replies
     if need > llm.local.n_ctx:
+        more = f" ({replies} proposals per reply: or research.researcher.batch=false)" if replies > 1 else ""
         raise ConfigError(f"research.loop.context_budget_tokens={budget} plus prompt and reply ({need} tokens) exceed "
-                          f"the local model's window llm.local.n_ctx={llm.local.n_ctx}: lower the budget or raise n_ctx")
+                          f"the local model's window llm.local.n_ctx={llm.local.n_ctx}: lower the budget or raise "
+                          f"n_ctx{more}")
+
+
+def batch_size(setup: Any) -> int:
+    """Proposals one researcher reply carries: research.parallel when batched, else 1."""
+    return setup.research.parallel if setup.research.researcher.batch else 1

@@ -8,11 +8,12 @@ addresses which failure) and the sampler what it does well (pick numbers).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from research.errors import ProposalFormatError
 from research.proposers.base import Proposal, Proposer, ResearchContext
-from research.proposers.llm import LLMProposer, step_prompt
+from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
 from research.study import SharedStudy, field_levers, overrides_of
 
 
@@ -30,8 +31,8 @@ class HybridProposer(Proposer):
     name = "hybrid"
 
     def __init__(self, llm: Any, study: SharedStudy, *, trials: int = 3, max_tokens: int = 384,
-                 temperature: float | None = None):
-        self.researcher = LLMProposer(llm, mode="menu", max_tokens=max_tokens, temperature=temperature)
+                 temperature: float | None = None, batch: bool = True):
+        self.researcher = LLMProposer(llm, mode="menu", max_tokens=max_tokens, temperature=temperature, batch=batch)
         self.study, self.trials = study, trials
 
     @property
@@ -42,31 +43,54 @@ class HybridProposer(Proposer):
     def llm(self, value: Any) -> None:  # the loop's local fallback swaps the client
         self.researcher.llm = value
 
-    def _hypothesis(self, ctx: ResearchContext) -> Proposal:
+    def _live_ids(self, ctx: ResearchContext) -> list[str]:
         from research.levers import live_levers
 
         tunable = {lv.id for lv in field_levers()}
         ids = [lv.id for lv in live_levers(ctx.memory, reader_free=ctx.reader_free) if lv.id in tunable]
         if not ids:
             raise ProposalFormatError("no live field lever to tune in the best config")
+        return ids
+
+    def _hypothesis(self, ctx: ResearchContext) -> Proposal:
+        ids = self._live_ids(ctx)
         reply = self.researcher._chat(self.researcher._messages(step_prompt(ctx, "researcher_subspace.txt")),
                                       subspace_schema(ids), seed=ctx.seed * 100, temperature=None)
-        data = reply.parsed or {}
-        chosen = [i for i in dict.fromkeys(data.get("levers") or []) if i in ids]
-        if not chosen:
-            raise ProposalFormatError(f"the reply names no live lever (got {data.get('levers')!r})")
-        prop = Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", "hyperparameter_tuning",
-                        f"targets {data.get('targets', 'other')}: {str(data.get('why', '')).strip()}"[:300],
-                        subspace=chosen, seed=ctx.seed * 100)
+        prop = _subspace_proposal(reply.parsed or {}, ids, ctx.seed * 100)
         prop.tokens, prop.cost_usd = reply.prompt_tokens + reply.completion_tokens, reply.cost_usd
         return prop
+
+    def _hypotheses(self, ctx: ResearchContext, k: int) -> list[Proposal]:
+        """K hypotheses with their subspaces in one request; items naming no live lever are dropped."""
+        ids = self._live_ids(ctx)
+        user = f"{step_prompt(ctx, 'researcher_subspace.txt')}\n\n{batch_line(k)}"
+        r = self.researcher
+        reply = r._chat(r._messages(user), batch_schema(subspace_schema(ids), k), seed=ctx.seed * 100,
+                        temperature=None, max_tokens=r.max_tokens * k)
+        out = batch_items(reply, k, lambda item: _subspace_proposal(item, ids, ctx.seed * 100))
+        share_reply(out, reply, ctx.seed * 100)
+        return out
 
     def propose(self, ctx: ResearchContext) -> Proposal:
         """A new hypothesis when the journal's current one has had its trials (or on a pivot / a
         new start), else the next TPE trial inside the current subspace."""
         current = _current_subspace(ctx, self.trials)
-        if current is None:
-            head = self._hypothesis(ctx)
+        head = self._hypothesis(ctx) if current is None else None
+        return self._tuned(ctx, head, current)
+
+    def propose_batch(self, ctx: ResearchContext, k: int) -> list[Proposal]:
+        """The LLM part of a round in one request (K hypotheses, each with its subspace), the TPE part
+        per candidate (its own step seed). While the current hypothesis is being tuned there is no LLM
+        part: K TPE trials in its subspace, as the default does."""
+        current = _current_subspace(ctx, self.trials)
+        if current is not None or not self.researcher.batch or k < 2:
+            return super().propose_batch(ctx, k)
+        return [self._tuned(replace(ctx, seed=ctx.seed + i), head, None)
+                for i, head in enumerate(self._hypotheses(ctx, k))]
+
+    def _tuned(self, ctx: ResearchContext, head: Proposal | None, current: tuple[str, list[str], str] | None) -> Proposal:
+        """TPE values inside the subspace of ``head`` (a new hypothesis) or of ``current``."""
+        if head is not None:
             hyp, space, tokens, cost = head.hypothesis, head.subspace, head.tokens, head.cost_usd
             expected = head.expected_effect
         else:
@@ -75,6 +99,18 @@ class HybridProposer(Proposer):
         values = self.study.suggest(space, ctx.seed)
         return Proposal(hyp, "hyperparameter_tuning", expected, [], overrides_of(values), tokens=tokens,
                         cost_usd=cost, seed=ctx.seed, subspace=list(space))
+
+
+def _subspace_proposal(data: Any, ids: list[str], seed: int) -> Proposal:
+    """A hypothesis and the live levers it is about, from one subspace reply (no values yet)."""
+    if not isinstance(data, dict):
+        raise ProposalFormatError(f"a hypothesis must be a JSON object, got {type(data).__name__}")
+    chosen = [i for i in dict.fromkeys(data.get("levers") or []) if i in ids]
+    if not chosen:
+        raise ProposalFormatError(f"the reply names no live lever (got {data.get('levers')!r})")
+    return Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", "hyperparameter_tuning",
+                    f"targets {data.get('targets', 'other')}: {str(data.get('why', '')).strip()}"[:300],
+                    subspace=chosen, seed=seed)
 
 
 def _current_subspace(ctx: ResearchContext, trials: int) -> tuple[str, list[str], str] | None:

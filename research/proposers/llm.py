@@ -98,6 +98,41 @@ def parse_proposal(data: dict[str, Any]) -> Proposal:
                     str(data.get("expected_effect", "")), edits, overrides)
 
 
+def batch_schema(one: dict[str, Any], k: int) -> dict[str, Any]:
+    """A reply holding exactly ``k`` proposals, each of schema ``one``."""
+    return {"type": "object",
+            "properties": {"proposals": {"type": "array", "items": one, "minItems": k, "maxItems": k}},
+            "required": ["proposals"]}
+
+
+def batch_line(k: int) -> str:
+    """The prompt's closing line for a batch: ``k`` different hypotheses, as one array."""
+    return _template("researcher_batch.txt").substitute(k=k).strip()
+
+
+def batch_items(reply: Any, k: int, parse: Any) -> list[Proposal]:
+    """The proposals of a batch reply that ``parse`` accepts (at most ``k``). None at all is a format
+    error that says why, so the round's progress line shows it before asking one at a time."""
+    items = reply.parsed.get("proposals") if isinstance(reply.parsed, dict) else None
+    out, why = [], []
+    for item in (items if isinstance(items, list) else [])[:k]:
+        try:
+            out.append(parse(item))
+        except ProposalFormatError as exc:
+            why.append(str(exc))
+    if not out:
+        raise ProposalFormatError(f"the batch reply holds no usable proposal ({why[0] if why else 'no proposals'})")
+    return out
+
+
+def share_reply(props: list[Proposal], reply: Any, seed: int) -> None:
+    """One reply's tokens and cost spread over the proposals it carried (the run's totals stay exact)."""
+    tokens, n = reply.prompt_tokens + reply.completion_tokens, max(1, len(props))
+    for i, p in enumerate(props):
+        p.tokens = tokens // n + (tokens % n if i == 0 else 0)
+        p.cost_usd, p.seed = reply.cost_usd / n, seed
+
+
 def proposal_json(p: Proposal) -> dict[str, Any]:
     """A proposal in the code schema's shape (what the model is shown as its own earlier reply)."""
     return {"hypothesis": p.hypothesis, "discovery_type": p.discovery_type, "expected_effect": p.expected_effect,
@@ -122,18 +157,18 @@ class LLMProposer(Proposer):
     name = "llm"
 
     def __init__(self, llm: Any, *, mode: str = "code", max_tokens: int = 1024, temperature: float | None = None,
-                 max_changes: int = 2):
+                 max_changes: int = 2, batch: bool = True):
         if mode not in ("menu", "code"):
             raise ProposalFormatError(f"LLMProposer mode must be menu or code, got {mode!r}")
         self.llm, self.mode, self.max_tokens = llm, mode, max_tokens
-        self.temperature, self.max_changes = temperature, max_changes
+        self.temperature, self.max_changes, self.batch = temperature, max_changes, batch
 
     def _chat(self, messages: list[dict[str, str]], schema: dict[str, Any], *, seed: int | None,
-              temperature: float | None) -> Any:
+              temperature: float | None, max_tokens: int | None = None) -> Any:
         from harness.errors import LLMResponseFormatError
 
         try:
-            return self.llm.chat(messages, json_schema=schema, max_tokens=self.max_tokens,
+            return self.llm.chat(messages, json_schema=schema, max_tokens=max_tokens or self.max_tokens,
                                  temperature=self.temperature if temperature is None else temperature, seed=seed)
         except LLMResponseFormatError as exc:
             raise ProposalFormatError(f"proposal is not valid JSON: {exc}") from exc
@@ -145,29 +180,53 @@ class LLMProposer(Proposer):
     def _ask(self, ctx: ResearchContext, user: str, *, earlier: list[dict[str, str]] | None = None,
              temperature: float | None = None, seed_offset: int = 0) -> Proposal:
         seed = ctx.seed * 100 + seed_offset
-        if self.mode == "menu":
-            from research.levers import menu_schema, parse_menu
-
-            reply = self._chat(self._messages(user, earlier), menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free),
-                               seed=seed, temperature=temperature)
-            data = reply.parsed or {}
-            overrides = parse_menu(data, ctx.memory)
-            why = str(data.get("why", "")).strip()
-            prop = Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", "hyperparameter_tuning",
-                            f"targets {data.get('targets', 'other')}: {why}"[:300], [], overrides)
-        else:
-            reply = self._chat(self._messages(user, earlier), CODE_SCHEMA, seed=seed, temperature=temperature)
-            prop = parse_proposal(reply.parsed or {})
+        reply = self._chat(self._messages(user, earlier), self._schema(ctx), seed=seed, temperature=temperature)
+        prop = self._parse(reply.parsed or {}, ctx)
         prop.tokens = reply.prompt_tokens + reply.completion_tokens
         prop.cost_usd = reply.cost_usd
         prop.seed = seed
         return prop
+
+    def _schema(self, ctx: ResearchContext) -> dict[str, Any]:
+        if self.mode == "menu":
+            from research.levers import menu_schema
+
+            return menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free)
+        return CODE_SCHEMA
+
+    def _parse(self, data: Any, ctx: ResearchContext) -> Proposal:
+        """One proposal of a reply (menu: lever changes; code: edits and overrides)."""
+        if not isinstance(data, dict):
+            raise ProposalFormatError(f"a proposal must be a JSON object, got {type(data).__name__}")
+        if self.mode == "code":
+            return parse_proposal(data)
+        from research.levers import parse_menu
+
+        overrides = parse_menu(data, ctx.memory)
+        why = str(data.get("why", "")).strip()
+        return Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", "hyperparameter_tuning",
+                        f"targets {data.get('targets', 'other')}: {why}"[:300], [], overrides)
 
     def step_prompt(self, ctx: ResearchContext) -> str:
         return step_prompt(ctx, "researcher_menu.txt" if self.mode == "menu" else "researcher_step.txt")
 
     def propose(self, ctx: ResearchContext) -> Proposal:
         return self._ask(ctx, self.step_prompt(ctx))
+
+    def propose_batch(self, ctx: ResearchContext, k: int) -> list[Proposal]:
+        """K diverse hypotheses in one request: the step prompt plus a line asking for ``k`` different
+        ones, a schema asking for exactly ``k`` proposals of the usual shape. Items that do not parse
+        are dropped (the round asks for the missing ones one at a time); repeats and no-ops are the
+        round's screens' to catch, candidate by candidate, as for a single proposal."""
+        if not self.batch or k < 2:
+            return super().propose_batch(ctx, k)
+        seed = ctx.seed * 100
+        user = f"{self.step_prompt(ctx)}\n\n{batch_line(k)}"
+        reply = self._chat(self._messages(user), batch_schema(self._schema(ctx), k), seed=seed, temperature=None,
+                           max_tokens=self.max_tokens * k)
+        out = batch_items(reply, k, lambda item: self._parse(item, ctx))
+        share_reply(out, reply, seed)
+        return out
 
     def reconsider(self, ctx: ResearchContext, proposal: Proposal, dup: str, outcome: str,
                    tried: list[str], temperature: float) -> Proposal:

@@ -101,7 +101,24 @@ def test_sandbox_attacks(backend: str, work: Path, token: str) -> None:
 @pytest.mark.parametrize("backend", ["bwrap"])  # refused before or outside any sandbox: one backend suffices
 def test_surface_attacks(backend: str, work: Path, token: str) -> None:
     """6 a repair that edits the scorer; 7 presets escaping 'memory' (@package, defaults)."""
-    rr = A.run_group("surface", backend, work, token)
+    _check_surface(A.run_group("surface", backend, work, token))
+
+
+def test_surface_attacks_on_ray_in_rounds_of_two(work: Path, token: str) -> None:
+    """The same attacks and checks with the evaluations on a local Ray instance, two candidates a round
+    (one batched researcher request): 6 and 7a share the first round, 7b comes alone (the proposal cap)."""
+    pytest.importorskip("ray")
+    rr = A.run_group("surface", "bwrap", work, token, overrides=("research.executor=ray", "research.ray.num_cpus=2",
+                                                                  "research.parallel=2"))
+    _check_surface(rr)
+    r = rr.records
+    assert [r[n].round_of for n in ("6-repair-outside-surface", "7a-preset-package", "7b-preset-defaults")] == [1, 1, None]
+    assert r["6-repair-outside-surface"].sandbox.get("node") and rr.baseline.sandbox.get("node")  # it ran on Ray
+    batched = [q for q in rr.requests if "proposals" in str((q.body or {}).get("response_format"))]
+    assert len(batched) == 1
+
+
+def _check_surface(rr: A.RunResult) -> None:
     for name, (outcome, problems) in _report(rr).items():
         assert problems == [], f"{name} ({outcome})"
     rep = rr.records["6-repair-outside-surface"]

@@ -238,9 +238,13 @@ def test_executor_and_node_lines():
     console, buf = render()
     printer = EventPrinter(console)
     printer("executor", {"executor": "ray", "detail": "3 node(s), 2 CPUs, connected"})
+    printer("started", {"experiment": "exp-002", "stage": "screen", "node": "8c5d99567391abcdef", "host": "box"})
     printer("placed", {"experiment": "exp-002", "stage": "screen", "node": "8c5d99567391abcdef", "host": "box",
                        "untrusted_s": 26.44})
-    printer("placed", {"experiment": "exp-003"})  # fields missing: still one line, never an error
+    printer("started", {"experiment": "exp-003"})  # fields missing: still one line, never an error
+    printer("placed", {"experiment": "exp-003"})
     assert buf.getvalue().splitlines() == ["executor ray: 3 node(s), 2 CPUs, connected",
+                                           "exp-002 screen on node 8c5d99567391: started on box",
                                            "exp-002 screen: ran on node 8c5d99567391 (box) in 26.4 s",
+                                           "exp-003 ? on node ?: started on ?",
                                            "exp-003 ?: ran on node ? (?)"]

@@ -67,6 +67,37 @@ def test_ray_local_instance_returns_the_answers(tmp_path):
     assert not ray.is_initialized()
 
 
+#: waits (at most 60 s) for a file "go" the driver writes, then answers "went" (or "no go" when it never came)
+WAIT_FOR_GO = ("import os, sys, time; out = sys.argv[1]; end = time.monotonic() + 60\n"
+               "while not os.path.exists(os.path.join(out, 'go')) and time.monotonic() < end: time.sleep(0.05)\n"
+               "open(os.path.join(out, 'answers.jsonl'), 'w').write('went' if os.path.exists(os.path.join(out, 'go')) "
+               "else 'no go')")
+
+
+@pytest.mark.slow
+def test_ray_names_the_node_when_the_task_starts(tmp_path):
+    """The sandboxed program cannot finish before the driver has heard where it started: it waits for
+    the file the start callback writes."""
+    out = tmp_path / "wait"
+    out.mkdir()
+    spec = SandboxSpec(argv=[sys.executable, "-c", WAIT_FOR_GO, str(out)], workdir=out, writable=[out], wall_timeout_s=120)
+    started: list[tuple[str, str]] = []
+
+    def on_start(node: str, host: str) -> None:
+        started.append((node, host))
+        (out / "go").write_text("")
+
+    ex = RayExecutor(RayConfig(num_cpus=1))
+    try:
+        result = ex.run(UntrustedTask(make_sandbox("process"), spec, out / "answers.jsonl", "wait"), on_start=on_start)
+        plain = ex.run(task(tmp_path, "plain"))  # without a callback: the plain task, as before
+    finally:
+        ex.close()
+    assert result.answers == b"went"
+    assert started == [(result.node, result.host)] and result.node != "local"
+    assert plain.answers == b"plain\n" and plain.node == result.node
+
+
 @pytest.fixture
 def cluster():
     from ray.cluster_utils import Cluster
@@ -89,10 +120,12 @@ def test_two_nodes_share_the_work_and_a_dead_node_is_retried_elsewhere(tmp_path,
     assert {both[0].answers, both[1].answers} == {b"a\n", b"b\n"}
     assert both[0].node != both[1].node  # one CPU per node: the two ran at once, on different nodes
 
-    # kill the node that runs the evaluation, mid-run: Ray runs it again on the node that is left
+    # kill the node that runs the evaluation, mid-run: Ray runs it again on the node that is left (the
+    # loop's path: the task announces where it started, then its result comes from the retry)
     slow = task(tmp_path, "slow", 6.0)
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.update(r=ex.run(slow)))
+    placed: list[str] = []
+    worker = threading.Thread(target=lambda: result.update(r=ex.run(slow, on_start=lambda n, h: placed.append(n))))
     worker.start()
     started = slow.answers_path.parent / "started"
     deadline = time.monotonic() + 60
@@ -105,6 +138,7 @@ def test_two_nodes_share_the_work_and_a_dead_node_is_retried_elsewhere(tmp_path,
     survivor = next(n for n in nodes if n is not victim)
     assert result["r"].node == survivor.node_id
     assert len(started.read_text().split()) == 2  # it started twice: once per node
+    assert placed[0] == victim.node_id  # the first start was announced; the result names the survivor
 
 
 def _runs_task(node) -> bool:

@@ -137,11 +137,11 @@ def test_a_public_view_that_differs_on_the_node_is_shipped_and_never_is_an_infra
         needs = auto.needs_of(task)  # what the driver prepared ...
         strict = never.needs_of(task)
         (task.roots.public / "view.json").write_text('{"view": "stale"}')  # ... and what the node's copy now holds
-        shipped = auto.run(task, needs)
+        shipped = auto.run(task, needs=needs)
         assert shipped.node == worker.node_id and shipped.shipped == ("public",)
         assert shipped.answers == b'{"view": "view"}'  # the sandbox read the driver's view, not the node's
         with pytest.raises(ExecutorError, match=r"the public at .* is different .* research.ray.ship=never"):
-            never.run(task, strict)
+            never.run(task, needs=strict)
     finally:
         auto.close()
         never.close()

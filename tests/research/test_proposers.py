@@ -186,3 +186,94 @@ def test_the_rendered_menu_prompt_stays_within_its_overhead(naive) -> None:
     p = LLMProposer(None, mode="menu")
     fixed = count_message_tokens(p._messages(p.step_prompt(ctx)))
     assert fixed < PROMPT_OVERHEAD_TOKENS
+
+
+# --------------------------------------------------------------------------- a round's batch (research.parallel=K)
+def _batch_items(body: dict) -> dict:
+    return body["response_format"]["json_schema"]["schema"]["properties"]["proposals"]
+
+
+def test_menu_batch_is_one_request_for_k_different_proposals(naive, server, client) -> None:
+    ok = {"hypothesis": "more dense hits", "targets": "retrieval_miss", "why": "w", "changes": [{"lever": "widen_dense", "value": 20}]}
+    dead = {"hypothesis": "rrf", "targets": "other", "why": "w", "changes": [{"lever": "retrieval.rrf_k", "value": 30}]}
+    server.enqueue(Reply.of_json({"proposals": [dead, ok]}, prompt_tokens=101, completion_tokens=0))
+    props = LLMProposer(client, mode="menu", max_tokens=200).propose_batch(ctx_for(naive, seed=4), 2)
+    assert len(server.chat_requests) == 1
+    body = server.chat_requests[0]
+    items = _batch_items(body)
+    assert (items["minItems"], items["maxItems"]) == (2, 2) and "changes" in items["items"]["properties"]
+    assert body["max_tokens"] == 400 and body["seed"] == 400  # room for two proposals; the step's seed
+    assert "Propose 2 DIFFERENT hypotheses" in body["messages"][-1]["content"]
+    # the dead lever's item is dropped (the round asks for that candidate on its own)
+    assert [p.config_overrides for p in props] == [["retrieval.dense_k=20", "retrieval.top_k=20"]]
+    assert props[0].tokens == 101 and props[0].seed == 400
+    server.enqueue(Reply.of_json({"proposals": [dead]}))  # nothing usable: the round asks one at a time
+    with pytest.raises(ProposalFormatError, match="no usable proposal .*dead"):
+        LLMProposer(client, mode="menu").propose_batch(ctx_for(naive), 2)
+
+
+def test_code_batch_shares_the_reply_and_single_asks_without_batch(naive, server, client) -> None:
+    one = {"hypothesis": "a", "discovery_type": "hyperparameter_tuning", "config_overrides": ["retrieval.top_k=3"], "edits": []}
+    two = {**one, "hypothesis": "b", "config_overrides": ["retrieval.top_k=4"]}
+    server.enqueue(Reply.of_json({"proposals": [one, two]}, prompt_tokens=11, completion_tokens=0))
+    props = LLMProposer(client, mode="code").propose_batch(ctx_for(naive, seed=1), 2)
+    assert [p.hypothesis for p in props] == ["a", "b"] and sum(p.tokens for p in props) == 11
+    assert _batch_items(server.chat_requests[0])["items"]["required"] == ["hypothesis", "discovery_type",
+                                                                         "config_overrides", "edits"]
+    server.enqueue(Reply.of_json(one), Reply.of_json(two))  # research.researcher.batch=false: today's K asks
+    single = LLMProposer(client, mode="code", batch=False).propose_batch(ctx_for(naive, seed=1), 2)
+    assert [p.hypothesis for p in single] == ["a", "b"] and [p.seed for p in single] == [100, 200]
+    assert [b["seed"] for b in server.chat_requests[1:]] == [100, 200]
+    assert all("proposals" not in b["response_format"]["json_schema"]["schema"]["properties"]
+               for b in server.chat_requests[1:])
+
+
+def test_samplers_batch_is_k_asks_with_their_own_seeds(naive) -> None:
+    ctx = ctx_for(naive, seed=5)
+    batch = OptunaProposer(SharedStudy(seed=0)).propose_batch(ctx, 3)
+    alone = [OptunaProposer(SharedStudy(seed=0)).propose(dataclasses.replace(ctx, seed=5 + i)) for i in range(3)]
+    assert [p.seed for p in batch] == [5, 6, 7]
+    assert [p.config_overrides for p in batch] == [p.config_overrides for p in alone]
+
+
+def test_hybrid_batch_asks_k_hypotheses_once_and_tunes_each(naive, server, client) -> None:
+    server.enqueue(Reply.of_json({"proposals": [
+        {"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "w", "levers": ["retrieval.dense_k"]},
+        {"hypothesis": "graph", "targets": "retrieval_miss", "why": "w", "levers": ["graph.enabled"]}]}))
+    hybrid = HybridProposer(client, SharedStudy(seed=0), trials=3)
+    props = hybrid.propose_batch(ctx_for(naive, seed=2), 2)
+    assert len(server.chat_requests) == 1 and _batch_items(server.chat_requests[0])["maxItems"] == 2
+    assert [p.hypothesis for p in props] == ["widen dense", "graph"] and [p.seed for p in props] == [2, 3]
+    assert [{o.split("=")[0] for o in p.config_overrides} for p in props] == [{"retrieval.dense_k"}, {"graph.enabled"}]
+    # tuning the current hypothesis: TPE per candidate, no request
+    rec = ExperimentRecord("r", 1, "exp-001", "hybrid", "c", hypothesis="widen dense", subspace=["retrieval.dense_k"],
+                           decision="iterate")
+    again = hybrid.propose_batch(ctx_for(naive, seed=3, mode="iterate", history=[rec], hyp="widen dense"), 2)
+    assert len(server.chat_requests) == 1 and [p.hypothesis for p in again] == ["widen dense"] * 2
+
+
+def test_batched_replies_must_fit_the_local_window() -> None:
+    from harness.errors import ConfigError
+    from research.config import load_run_setup
+    from research.proposers.factory import check_context_fits
+
+    wide = ["llm=local", "research.proposer=llm", "research.researcher.mode=code", "research.parallel=6"]
+    with pytest.raises(ConfigError, match="6 proposals per reply: or research.researcher.batch=false"):
+        check_context_fits(load_run_setup(wide))
+    check_context_fits(load_run_setup([*wide, "research.researcher.batch=false"]))
+
+
+def test_a_batch_asked_again_comes_from_the_reply_cache(naive, server, tmp_path) -> None:
+    """A resumed round asks the same batch prompt with the same seed: one cached reply, the same proposals."""
+    from memsys.llm.cache import ResponseCache
+
+    one = {"hypothesis": "a", "discovery_type": "hyperparameter_tuning", "config_overrides": ["retrieval.top_k=3"], "edits": []}
+    server.enqueue(Reply.of_json({"proposals": [one, {**one, "hypothesis": "b", "config_overrides": ["retrieval.top_k=4"]}]}))
+    cfg = LLMConfig(backend="openai", model="test-model", base_url=server.base_url, cache=True, max_retries=0)
+    runs = []
+    for _ in range(2):
+        with LLMClient(cfg, cache=ResponseCache(tmp_path / "replies.sqlite")) as c:
+            runs.append(LLMProposer(c, mode="code").propose_batch(ctx_for(naive, seed=6), 2))
+    assert len(server.chat_requests) == 1
+    assert [(p.hypothesis, p.config_overrides, p.seed) for p in runs[1]] == \
+        [(p.hypothesis, p.config_overrides, p.seed) for p in runs[0]]

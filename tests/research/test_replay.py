@@ -447,3 +447,41 @@ def test_replay_with_llm_reader_hits_the_cache(repo: Path, runs: Path) -> None:
                  (out / r.eval_dir / "predictions.jsonl").read_text().splitlines()]
         assert preds and not any("CACHE MISS" in p for p in preds)
     assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == ""
+
+
+# --------------------------------------------------------------------------- (f) a run of research.parallel=2
+@pytest.mark.slow
+def test_replay_of_a_parallel_run_reproduces_its_rounds(repo: Path, runs: Path) -> None:
+    """Two rounds of two candidates (each round one batched researcher request): a code edit taken beside
+    a degradation, then a deeper list taken beside the same degradation on the new best. The replay
+    regroups the rounds and decides them by the round's rule: the same rows, not_taken included."""
+    head = git(repo, "rev-parse", "HEAD")
+    with OpenAITestServer() as server:
+        server.handler = lambda body: Reply.ok("UNSCRIPTED")
+        server.enqueue(Reply.of_json({"proposals": [CODE_EDIT, DEGRADE]}), Reply.of_json({"proposals": [IMPROVE, DEGRADE]}))
+        setup = scripted_setup(repo, 4, "research.parallel=2", "research.loop.check=false")
+        ResearchLoop(setup, "rec-k2", llm_opener=opener_for(server)).run()
+        assert len(server.chat_requests) == 2 and server.pending == 0
+    orig, _ = read_trajectory(runs / "rec-k2", strict=True)
+    assert [r.decision for r in orig] == ["baseline", "proceed", "not_taken", "proceed", "not_taken"]
+    assert [r.round_of for r in orig] == [None, 1, 1, 3, 3]
+
+    out = replay_run("rec-k2", new_run_id="rep-k2")
+    rep, warnings = read_trajectory(out, strict=True)
+    assert warnings == [] and [r.experiment_id for r in rep] == [r.experiment_id for r in orig]
+    for o, r in zip(orig, rep):
+        assert (r.decision, r.objective_value, r.round_of) == (o.decision, o.objective_value, o.round_of)
+        assert stable(r.metrics) == stable(o.metrics) and r.diff == o.diff
+        assert tree(repo, r.commit) == tree(repo, o.commit)
+    # both candidates of a round start from the same best; the second round from the first's taken one
+    assert rep[1].parent_commit == rep[2].parent_commit == rep[0].commit
+    assert rep[3].parent_commit == rep[4].parent_commit == rep[1].commit
+    assert all("not taken: exp-00" in r.notes for r in rep if r.decision == "not_taken")
+    steps = replay_json(out)["steps"]
+    assert [s["holds"] for s in steps] == [True] * 5 and all(s["status"] == "ok" for s in steps)
+    for line in trajectory_lines(out):
+        check_schema(line)
+    st, rs = LoopState.load(out), LoopState.load(runs / "rec-k2")
+    assert (st.best_value, st.evaluated, st.proposals) == (rs.best_value, rs.evaluated, rs.proposals)
+    assert tree(repo, st.best_commit) == tree(repo, rs.best_commit)
+    assert_clean(repo, out, head)

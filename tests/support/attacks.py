@@ -19,7 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 MARKER_DIR = Path("/tmp")
 GROUPS = ("sandbox", "surface", "network", "screen")
@@ -635,28 +635,47 @@ class RunResult:
     key: str = ""
 
 
-def researcher_handler(replies: list[dict[str, Any]], *, echo: bool = False) -> Callable[[dict[str, Any]], Any]:
-    """Test-server handler: researcher prompts get the scripted replies in order, the reader "I don't know"
-    (``echo``: the last 30 words of its prompt, a reader whose score depends on what it is given)."""
+def researcher_handler(chosen: list[Attack], *, echo: bool = False) -> Callable[[dict[str, Any]], Any]:
+    """Test-server handler: researcher prompts get the scripted replies, the reader "I don't know"
+    (``echo``: the last 30 words of its prompt, a reader whose score depends on what it is given).
+
+    Each attack's first reply answers a proposal request and the rest its repair requests, each kind
+    in attack order. A batch request (research.parallel=K: the schema asks for ``proposals``) gets the
+    next K proposals in one reply, so rounds carry the attacks in the same order as single steps."""
+    import threading
+
+    from research.proposers.llm import PROMPTS
     from tests.support.openai_server import Reply
 
-    queue = list(replies)
+    proposals = [a.replies[0] for a in chosen]
+    repairs = [r for a in chosen for r in a.replies[1:]]
+    repair_start = (PROMPTS / "researcher_repair.txt").read_text(encoding="utf-8").splitlines()[0]
+    lock = threading.Lock()  # candidates of a round ask for repairs from their own threads
 
     def handle(body: dict[str, Any]) -> Any:
         msgs = body.get("messages") or []
         first = msgs[0].get("content") if msgs else ""
-        if isinstance(first, str) and first.startswith("You are an AI research engineer"):
+        if not (isinstance(first, str) and first.startswith("You are an AI research engineer")):
+            last = msgs[-1].get("content") if msgs else ""
+            if echo and isinstance(last, str):
+                return Reply.ok(" ".join(last.split()[-30:]))
+            return Reply.ok("I don't know")
+        schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+        batch = (schema.get("properties") or {}).get("proposals")
+        with lock:
+            if batch:
+                k = batch.get("maxItems", 1)
+                taken, proposals[:k] = proposals[:k], []
+                return Reply.of_json({"proposals": taken})
+            queue = repairs if str(msgs[-1].get("content", "")).startswith(repair_start) else proposals
             return Reply.of_json(queue.pop(0)) if queue else Reply.ok("UNSCRIPTED")
-        last = msgs[-1].get("content") if msgs else ""
-        if echo and isinstance(last, str):
-            return Reply.ok(" ".join(last.split()[-30:]))
-        return Reply.ok("I don't know")
     return handle
 
 
 def run_group(group: str, backend: str, work: Path, token: str, *, items: list[Attack] | None = None,
-              key: str = "", allow_weak: bool = False) -> RunResult:
-    """One loop run carrying every attack of ``group`` (one experiment each) on ``backend``.
+              key: str = "", allow_weak: bool = False, overrides: Sequence[str] = ()) -> RunResult:
+    """One loop run carrying every attack of ``group`` (one experiment each) on ``backend``; ``overrides``
+    are added last (e.g. research.executor=ray research.parallel=2).
 
     MEMSYS_RUNS_DIR / MEMSYS_CACHE_DIR must already point where the caller wants them."""
     from harness.paths import cache_dir, runs_dir
@@ -669,8 +688,7 @@ def run_group(group: str, backend: str, work: Path, token: str, *, items: list[A
     run_id = f"attack-{group}-{backend}"
     with OpenAITestServer() as server:
         chosen = items if items is not None else by_group(attacks(token, server.port, KEY_PREFIX), group)
-        replies = [r for a in chosen for r in a.replies]
-        server.handler = researcher_handler(replies, echo=group == "screen")
+        server.handler = researcher_handler(chosen, echo=group == "screen")
         own = GROUP_OVERRIDES[group]
         keys = {o.split("=", 1)[0] for o in own}
         extra = [f"research.sandbox.backend={backend}", f"research.sandbox.allow_weak={str(allow_weak).lower()}",
@@ -678,6 +696,7 @@ def run_group(group: str, backend: str, work: Path, token: str, *, items: list[A
         if group in READER_GROUPS:
             extra += ["llm=openai", f"llm.base_url={server.base_url}", f"llm.api_key_env={KEY_ENV}",
                       "llm.model=test-model"]
+        extra += list(overrides)
         setup = scripted_setup(repo, len(chosen), *extra)
         hooks_before = tree_digest(repo / ".git" / "hooks")
         t0 = time.perf_counter()
