@@ -209,39 +209,48 @@ def materialize(content: Content, cache_root: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- rewriting the spec
-def _rebase_one(value: str, mapping: list[tuple[str, str]]) -> str:
+#: paths moved only when named exactly (a shipped tree's root: PYTHONPATH names it, but the venv,
+#: the run folders and anything else under the driver's checkout are not part of the tree)
+Exact = dict[str, str]
+
+
+def _rebase_one(value: str, mapping: list[tuple[str, str]], exact: Exact | None = None) -> str:
+    if exact and value in exact:
+        return exact[value]
     for old, new in mapping:
         if value == old or value.startswith(old + "/"):
             return new + value[len(old):]
     return value
 
 
-def _rebase(value: str, mapping: list[tuple[str, str]]) -> str:
+def _rebase(value: str, mapping: list[tuple[str, str]], exact: Exact | None = None) -> str:
     """A path, or a PATH-like list of paths, under the first (longest) matching prefix."""
-    return os.pathsep.join(_rebase_one(part, mapping) for part in value.split(os.pathsep))
+    return os.pathsep.join(_rebase_one(part, mapping, exact) for part in value.split(os.pathsep))
 
 
-def _rebase_json(value: Any, mapping: list[tuple[str, str]]) -> Any:
+def _rebase_json(value: Any, mapping: list[tuple[str, str]], exact: Exact | None = None) -> Any:
     if isinstance(value, str):
-        return _rebase_one(value, mapping)
+        return _rebase_one(value, mapping, exact)
     if isinstance(value, list):
-        return [_rebase_json(v, mapping) for v in value]
+        return [_rebase_json(v, mapping, exact) for v in value]
     if isinstance(value, dict):
-        return {k: _rebase_json(v, mapping) for k, v in value.items()}
+        return {k: _rebase_json(v, mapping, exact) for k, v in value.items()}
     return value
 
 
-def rebase_spec(spec: Any, moves: dict[str, str]) -> Any:
-    """The spec with every path under a moved prefix rewritten; read-only paths missing here (the
-    driver's optional caches) are dropped with the variables naming them."""
+def rebase_spec(spec: Any, moves: dict[str, str], exact: Exact | None = None) -> Any:
+    """The spec with every path under a moved prefix (or named exactly in ``exact``) rewritten;
+    read-only paths missing here (the driver's optional caches) are dropped with the variables
+    naming them."""
     mapping = sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)
-    readonly = [Path(_rebase(str(p), mapping)) for p in spec.readonly]
+    readonly = [Path(_rebase(str(p), mapping, exact)) for p in spec.readonly]
     missing = [p for p in readonly if not p.exists()]
-    env = {k: _rebase(v, mapping) for k, v in spec.env.items()}
+    env = {k: _rebase(v, mapping, exact) for k, v in spec.env.items()}
     env = {k: v for k, v in env.items() if not any(v == str(m) or v.startswith(f"{m}/") for m in missing)}
     return dataclasses.replace(
-        spec, argv=[_rebase(a, mapping) for a in spec.argv], workdir=Path(_rebase(str(spec.workdir), mapping)),
-        writable=[Path(_rebase(str(p), mapping)) for p in spec.writable],
+        spec, argv=[_rebase(a, mapping, exact) for a in spec.argv],
+        workdir=Path(_rebase(str(spec.workdir), mapping, exact)),
+        writable=[Path(_rebase(str(p), mapping, exact)) for p in spec.writable],
         readonly=[p for p in readonly if p not in missing], env=env)
 
 
@@ -259,8 +268,11 @@ def _environment_here(python: str) -> Environment | None:
     return _ENVIRONMENTS[python]
 
 
-def _content_moves(needs: NodeNeeds, cache_root: Path, node: str) -> tuple[dict[str, str], list[str]] | NodeFault:
+def _content_moves(needs: NodeNeeds, cache_root: Path,
+                   node: str) -> tuple[dict[str, str], Exact, list[str]] | NodeFault:
+    """Prefix moves (each shipped folder or file), exact moves (the shipped roots), what was shipped."""
     moves: dict[str, str] = {}
+    exact: Exact = {}
     shipped: list[str] = []
     for content in (needs.tree, needs.public):
         here = None if needs.ship == "always" else content_digest(content.path, content.names)
@@ -271,12 +283,15 @@ def _content_moves(needs: NodeNeeds, cache_root: Path, node: str) -> tuple[dict[
             return NodeFault(f"node {node}: the {content.kind} at {content.path} is {state} and "
                              "research.ray.ship=never")
         try:
-            moves[str(content.path)] = str(materialize(content, cache_root))
+            dest = materialize(content, cache_root)
         except Exception as exc:  # noqa: BLE001 - object store, disk, tar: all our side
             return NodeFault(f"node {node}: could not ship the {content.kind}: {type(exc).__name__}: "
                              f"{' '.join(str(exc).split())[:200]}")
+        exact[str(content.path)] = str(dest)
+        for name in content.names:  # only what was shipped: a venv or run folder under the root stays put
+            moves[str(content.path / name)] = str(dest / name)
         shipped.append(content.kind)
-    return moves, shipped
+    return moves, exact, shipped
 
 
 def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | None = None) -> Placed | NodeFault:
@@ -292,7 +307,7 @@ def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | No
     got = _content_moves(needs, cache_root, node)
     if isinstance(got, NodeFault):
         return got
-    moves, shipped = got
+    moves, exact, shipped = got
     if relay_dir is not None and roots.gateway_socket is not None:
         moves[str(roots.gateway_socket.parent)] = str(relay_dir)
     elif roots.gateway_socket is not None and not roots.gateway_socket.exists():
@@ -304,16 +319,16 @@ def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | No
         for sub in ("out", "cache"):
             (scratch / sub).mkdir(parents=True)
         moves[str(roots.work)] = str(scratch)
-    if moves:
+    if moves or exact:
         scratch = scratch or cache_root / "tasks" / uuid.uuid4().hex[:16]
         request = scratch / "request" / roots.request.name
         request.parent.mkdir(parents=True)
         mapping = sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)
-        request.write_text(json.dumps(_rebase_json(json.loads(needs.request), mapping)), encoding="utf-8")
+        request.write_text(json.dumps(_rebase_json(json.loads(needs.request), mapping, exact)), encoding="utf-8")
         moves[str(roots.request)] = str(request)
-        spec = rebase_spec(spec, moves)
+        spec = rebase_spec(spec, moves, exact)
         spec = dataclasses.replace(spec, readonly=[*spec.readonly, request.parent])
-    answers = Path(_rebase(str(task.answers_path), sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)))
+    answers = Path(_rebase(str(task.answers_path), sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True), exact))
     return Placed(spec, answers, tuple(shipped), scratch)
 
 

@@ -112,3 +112,20 @@ def test_rebased_spec_moves_paths_and_drops_caches_this_node_lacks(tmp_path):
     assert moved.argv == ("python", str(new / "code" / "r.json")) and moved.workdir == new / "code"
     assert moved.readonly == (new / "code",)
     assert moved.env == {"PYTHONPATH": f"{new / 'code'}{os.pathsep}{old}x", "BASE": "http://gateway/v1"}
+
+
+def test_a_shipped_tree_moves_only_its_code_folders_and_its_root_by_name(tmp_path):
+    """The driver's checkout holds more than the tree (the venv, the run folders): only the shipped
+    folders, and the root where a path names it exactly (PYTHONPATH), move to the node's copy."""
+    root, new = tmp_path / "repo", tmp_path / "node" / "tree-x"
+    (new / "memsys").mkdir(parents=True)
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / "runs" / "r1" / "out").mkdir(parents=True)
+    spec = SandboxSpec(argv=[str(root / ".venv" / "bin" / "python"), "-m", "memsys.predict"],
+                       workdir=root / "runs" / "r1" / "out", writable=[root / "runs" / "r1" / "out"],
+                       readonly=[root / "memsys", root / ".venv"], env={"PYTHONPATH": str(root)})
+    moved = rebase_spec(spec, {str(root / "memsys"): str(new / "memsys")}, {str(root): str(new)})
+    assert moved.argv[0] == str(root / ".venv" / "bin" / "python")  # the venv stays where it is
+    assert moved.workdir == root / "runs" / "r1" / "out" and moved.writable == (root / "runs" / "r1" / "out",)
+    assert moved.readonly == (new / "memsys", root / ".venv")
+    assert moved.env == {"PYTHONPATH": str(new)}
