@@ -2,7 +2,8 @@
 
 Why: the extractive summary is meant to be cheap enough to run on every candidate of every
 question (no LLM); this measures its time per candidate next to the cut's, and the tokens level 1
-then spends. Per question, the candidates are the question's evidence turns plus turns of its
+then spends, and how many of the gold answer's words an evidence turn's summary still holds (a
+reader-free proxy: id-level context recall cannot see a sentence dropped from a summary). Per question, the candidates are the question's evidence turns plus turns of its
 conversation drawn with a fixed seed, ``--pool`` in all (omni keeps 40), so the figure does not
 depend on a retrieval run. Times are the median over ``--repeats`` passes over all questions, on
 the real cl100k token counter, in one process.
@@ -21,6 +22,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,12 +32,21 @@ from harness.atomic import atomic_write_text
 from harness.paths import runs_dir
 from harness.tokens import count_tokens
 from memsys.config import PyramidConfig
+from memsys.index.sparse import tokenize
 from memsys.records import MAU
 from memsys.retrieve.pyramid import RankedCandidate, level1_summarizer
 
 
-def pools(split: str, size: int, seed: int) -> list[tuple[str, list[RankedCandidate]]]:
-    """(question, candidates) for every question of the split: its evidence turns, then random turns."""
+@dataclass(frozen=True)
+class Pool:
+    question: str
+    answer: str  # gold, "" for category 5
+    evidence: frozenset[str]
+    candidates: list[RankedCandidate]
+
+
+def pools(split: str, size: int, seed: int) -> list[Pool]:
+    """A pool for every question of the split: its evidence turns, then random turns."""
     bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
     rng = random.Random(seed)
     out = []
@@ -46,25 +57,40 @@ def pools(split: str, size: int, seed: int) -> list[tuple[str, list[RankedCandid
             chosen = [i for i in q.evidence if i in turns][:size]
             rest = [i for i in rng.sample(ids, min(len(ids), size + len(chosen))) if i not in chosen]
             chosen += rest[: size - len(chosen)]
-            out.append((q.question, [RankedCandidate(MAU(id=i, summary=turns[i].text, speaker=turns[i].speaker),
-                                                     0.0, {"dense"}) for i in chosen]))
+            out.append(Pool(q.question, str(q.answer or ""), frozenset(q.evidence),
+                            [RankedCandidate(MAU(id=i, summary=turns[i].text, speaker=turns[i].speaker), 0.0, {"dense"})
+                             for i in chosen]))
     return out
 
 
-def run(mode: str, cap: int, questions: list[tuple[str, list[RankedCandidate]]]) -> tuple[float, list[str]]:
+def run(mode: str, cap: int, questions: list[Pool]) -> tuple[float, list[str]]:
     """Seconds for one pass (weights and summaries of every candidate), and the summaries."""
     cfg = PyramidConfig(summary_mode=mode, summary_max_tokens=cap)
     out: list[str] = []
     t0 = time.perf_counter()
-    for q, cands in questions:
-        summarize = level1_summarizer(q, cands, cfg, count_tokens)
-        out.extend(summarize(c.mau) for c in cands)
+    for p in questions:
+        summarize = level1_summarizer(p.question, p.candidates, cfg, count_tokens)
+        out.extend(summarize(c.mau) for c in p.candidates)
     return time.perf_counter() - t0, out
 
 
-def measure(questions: list[tuple[str, list[RankedCandidate]]], cap: int, repeats: int) -> dict[str, Any]:
-    n = sum(len(c) for _, c in questions)
-    full = [c.mau.summary for _, cands in questions for c in cands]
+def answer_words_kept(questions: list[Pool], summaries: list[str]) -> float | None:
+    """A reader-free proxy for "the summary kept the evidence": over the evidence turns whose text holds
+    words of the gold answer, the share of those words still in the summary (mean per turn)."""
+    shares, k = [], 0
+    for p in questions:
+        gold = set(tokenize(p.answer))
+        for c in p.candidates:
+            summary, k = summaries[k], k + 1
+            in_text = gold & set(tokenize(c.mau.summary))
+            if c.mau.id in p.evidence and in_text:
+                shares.append(len(in_text & set(tokenize(summary))) / len(in_text))
+    return round(sum(shares) / len(shares), 4) if shares else None
+
+
+def measure(questions: list[Pool], cap: int, repeats: int) -> dict[str, Any]:
+    n = sum(len(p.candidates) for p in questions)
+    full = [c.mau.summary for p in questions for c in p.candidates]
     full_tokens = sum(count_tokens(t) for t in full)
     report: dict[str, Any] = {"candidates": n, "full_text_tokens_per_candidate": round(full_tokens / n, 2)}
     for mode in ("cut", "extractive"):
@@ -77,7 +103,8 @@ def measure(questions: list[tuple[str, list[RankedCandidate]]], cap: int, repeat
         report[mode] = {"us_per_candidate": round(statistics.median(times) / n * 1e6, 2),
                         "us_per_candidate_min": round(min(times) / n * 1e6, 2),
                         "tokens_per_candidate": round(tokens / n, 2),
-                        "share_shorter_than_full_text": round(sum(s != t for s, t in zip(summaries, full)) / n, 4)}
+                        "share_shorter_than_full_text": round(sum(s != t for s, t in zip(summaries, full)) / n, 4),
+                        "evidence_answer_words_kept": answer_words_kept(questions, summaries)}
     return report
 
 

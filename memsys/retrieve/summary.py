@@ -62,26 +62,38 @@ def query_term_weights(query: str, texts: Iterable[str], ignore: Iterable[str] =
 def extractive_summary(text: str, weights: Mapping[str, float], max_tokens: int,
                        count: Callable[[str], int]) -> str:
     """The sentences of ``text`` that contain query terms, best first (sum of their weights, ties by
-    position) while they fit ``max_tokens``, shown in their original order; " ..." marks that
-    sentences were left out. A text sharing no term with the query keeps its first sentence. A
-    lone sentence longer than the cap is cut, as ``cut_to_tokens`` does."""
+    position), each with the sentence after it, while they fit ``max_tokens``, shown in their original
+    order; " ..." marks that sentences were left out. A text sharing no term with the query keeps its
+    first two sentences. A lone sentence longer than the cap is cut, as ``cut_to_tokens`` does.
+
+    Why the sentence after: on LoCoMo dev evidence turns the matching sentences alone keep 58% of the
+    gold answer's words (9.5 tokens a turn), with their followers 79% (18.4 tokens; the full text
+    30.1): a turn often echoes the question first and gives the detail next (bench_summary)."""
     sentences = split_sentences(text)
     if len(sentences) <= 1:
         return cut_to_tokens(text, max_tokens, count)
     scores = [sum(weights.get(t, 0.0) for t in set(tokenize(s))) for s in sentences]
-    order = sorted(range(len(sentences)), key=lambda i: (-scores[i], i))
-    chosen: list[int] = []
+    chosen: set[int] = set()
     used = 0
-    for i in order:
+
+    def take(i: int) -> bool:
+        nonlocal used
+        cost = count(sentences[i]) + 1  # its joining space (or the " ..." marker's share)
+        if i in chosen or used + cost > max_tokens:
+            return False
+        chosen.add(i)
+        used += cost
+        return True
+
+    for i in sorted(range(len(sentences)), key=lambda i: (-scores[i], i)):
         if chosen and scores[i] <= 0:
             break  # only sentences that bear on the question, once one is in
-        cost = count(sentences[i]) + 1  # its joining space (or the " ..." marker's share)
-        if used + cost > max_tokens:
+        if i not in chosen and not take(i):  # (one already in as a follower still brings its own)
             if not chosen:  # the best sentence alone is over the cap: cut it
                 return cut_to_tokens(sentences[i], max_tokens, count)
             continue
-        chosen.append(i)
-        used += cost
+        if i + 1 < len(sentences):
+            take(i + 1)  # the sentence after: the words echoing a question often lead into the detail
     summary = " ".join(sentences[i] for i in sorted(chosen))
     if len(chosen) < len(sentences):
         summary += " ..."
