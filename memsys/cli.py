@@ -135,6 +135,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
                   f"{ans.latency_s:.1f} s[/]")
     rendered = context.render(include_metadata=mem.cfg.answer.include_metadata,
                               include_graph=mem.cfg.answer.include_graph_facts,
-                              group_by_session=mem.cfg.answer.group_by_session)
+                              group_by_session=mem.cfg.answer.group_by_session,
+                              facts_style=mem.cfg.answer.graph_facts_style)
     console.print(rendered or "(no memories)", markup=False, highlight=False, soft_wrap=True)
     return 0

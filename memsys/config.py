@@ -157,13 +157,15 @@ class RetrievalConfig:
 @dataclass
 class PyramidConfig:
     enabled: bool = lever(True, "Pyramid levels 2-3: full text, then raw content, for the most similar candidates")
-    theta: float = lever(0.4, "Similarity above which a candidate shows its full text instead of its cut summary",
+    theta: float = lever(0.4, "Similarity above which a candidate shows its full text instead of its level-1 summary",
                          low=0.0, high=0.9, step=0.05)  # level 2 (full text) for candidates with dense similarity > theta
     budget_tokens: int = lever(6000, "Token budget of the whole context; candidates beyond it are dropped",
                                low=1000, high=8000)  # B: total tokens of the context
     level3: bool = lever(True, "Add raw source content (original turns of compressed memories) while budget lasts")
     level3_media: bool = False  # spend budget on raw images/audio/video (only a multimodal reader sees them)
-    summary_max_tokens: int = lever(64, "Each memory's summary is cut to this many tokens (level 1)", low=16, high=256)
+    summary_max_tokens: int = lever(64, "Each memory's level-1 summary is held to this many tokens", low=16, high=256)
+    summary_mode: str = lever("cut", "Level-1 summary: a prefix cut, or the sentences sharing the question's rarest words",
+                              choices=("cut", "extractive"))  # memsys/retrieve/summary.py
     modality_tokens: dict[str, int] = field(
         default_factory=lambda: {"image": 765, "audio": 200, "video": 1500}
     )
@@ -198,6 +200,9 @@ class AnswerConfig:
     include_graph_facts: bool = lever(True, "Show the graph's fact lines after the memories")
     include_metadata: bool = lever(True, "Dates, times and speakers on each memory line")
     group_by_session: bool = lever(False, "Memories grouped by session, oldest first, each under its date")
+    type_hints: bool = lever(False, "One prompt line naming the answer's form: date, count, yes/no or a short span")
+    graph_facts_style: str = lever("lines", "Graph facts one per line, or grouped by subject in fewer tokens",
+                                   choices=("lines", "compact"))
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
     abstain: str = lever("off", "Say 'Not mentioned' when retrieval (another speaker said it) or the reader says so",
                          choices=("off", "retrieval", "reader", "both"))

@@ -189,6 +189,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     if not budget_binds(cfg):
         dead("pyramid.budget_tokens")
 
+    if not facts_shown(cfg):
+        dead("answer.graph_facts_style")
     if not graph_active(cfg):
         dead(*(p for p in view if p.startswith("graph.")), "answer.include_graph_facts")
     else:

@@ -100,6 +100,13 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                             lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
     "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
     "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
+    # extractive differs from the cut for any summary of two or more sentences (most raw turns), not only one
+    # over summary_max_tokens; such a summary reaches the reader whenever a candidate stays at level 1 (pyramid
+    # off, summaries only, similarity <= theta, or no budget left for level 2), and the level-1 sizes decide
+    # what fits a binding budget: no config rules it out
+    "pyramid.summary_mode": ("always: a candidate left at level 1 shows its summary", lambda c: True),
+    "answer.type_hints": ("always (a prompt line); reader-only, so dead for a reader-free objective", lambda c: True),
+    "answer.graph_facts_style": ("graph facts shown (graph.enabled, include_graph_facts, max_facts > 0)", facts_shown),
 }
 
 #: path -> the highest value that can still act, given the rest of the config (None: no cap)

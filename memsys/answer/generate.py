@@ -16,6 +16,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from memsys.answer.hints import type_hint
 from memsys.config import AnswerConfig
 from memsys.errors import ConfigError, LLMResponseFormatError
 from memsys.retrieve.context import Context
@@ -75,13 +76,12 @@ def build_messages(question: str, context: Context, cfg: AnswerConfig, *, vision
     from memsys.media.image import context_to_content_parts, image_part
 
     text = messages[1]["content"]
-    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts,
-                              group_by_session=cfg.group_by_session)
+    memories = render_memories(context, cfg)
     head, _, tail = text.partition(memories) if memories and memories in text else (text, "", "")
     parts: list[dict[str, Any]] = [{"type": "text", "text": head}]
     if tail or memories:
         parts += context_to_content_parts(context, vision=True, include_metadata=cfg.include_metadata,
-                                          include_graph=cfg.include_graph_facts)
+                                          include_graph=cfg.include_graph_facts, facts_style=cfg.graph_facts_style)
         parts.append({"type": "text", "text": tail})
     if question_image:
         parts.append(image_part(question_image))
@@ -89,17 +89,31 @@ def build_messages(question: str, context: Context, cfg: AnswerConfig, *, vision
     return messages
 
 
+def render_memories(context: Context, cfg: AnswerConfig) -> str:
+    """The memories block of the reader prompt, as ``cfg`` asks for it."""
+    return context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts,
+                          group_by_session=cfg.group_by_session, facts_style=cfg.graph_facts_style)
+
+
+def format_hint(question: str, cfg: AnswerConfig) -> str:
+    """The lines after the question: the expected answer form (``type_hints``), then the JSON reply
+    instruction (``response_format``); the schema itself goes with the request (answer_question)."""
+    lines = [type_hint(question)] if cfg.type_hints else []
+    if cfg.response_format and _reader_abstains(cfg):
+        lines.append('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
+                     'when no memory states the answer.')
+    elif cfg.response_format:
+        lines.append('Reply with a JSON object {"answer": "..."}.')
+    return "\n".join(lines)
+
+
 def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[dict[str, Any]]:
     system, constraints, user = load_prompt(cfg.prompt)
     before = cfg.constraints_position == "before"
     if cfg.constraints_position not in ("before", "after"):
         raise ConfigError(f"answer.constraints_position must be before|after, got {cfg.constraints_position!r}")
-    hint = 'Reply with a JSON object {"answer": "..."}.' if cfg.response_format else ""
-    if cfg.response_format and _reader_abstains(cfg):
-        hint = ('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
-                'when no memory states the answer.')
-    memories = context.render(include_metadata=cfg.include_metadata, include_graph=cfg.include_graph_facts,
-                              group_by_session=cfg.group_by_session)
+    hint = format_hint(question, cfg)
+    memories = render_memories(context, cfg)
     text = user.substitute(
         memories=memories or "(no memories)",
         question=question.strip(),

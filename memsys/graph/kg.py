@@ -54,6 +54,7 @@ from memsys.graph.schema import (
     normalize_name,
     split_owner,
 )
+from memsys.retrieve.facts import Fact
 
 MAX_NGRAM = 5
 PARTIAL_NAME_SCORE = 0.9  # a seed found through a partial name (see _partial_keys)
@@ -287,12 +288,12 @@ class KnowledgeGraph:
         return [self._render(*self._groups[gi][:3], self._groups[gi][4]) for gi in top]
 
     def _render(self, src: str, type_: str, dst: str, mau_ids: Sequence[str | None]) -> str:
-        line = f"{self.entities[src].name} --{type_}--> {self.entities[dst].name}"
         dates = list(dict.fromkeys(d for m in mau_ids if m and (d := self.mau_dates.get(m))))
+        label = ""
         if dates:
             more = len(dates) - _MAX_FACT_DATES
-            line += f" ({'; '.join(dates[:_MAX_FACT_DATES])}{f'; +{more} more' if more > 0 else ''})"
-        return line
+            label = f"{'; '.join(dates[:_MAX_FACT_DATES])}{f'; +{more} more' if more > 0 else ''}"
+        return Fact(self.entities[src].name, type_, self.entities[dst].name, label).line()
 
     def search(self, query: str) -> GraphHits:
         seeds = self.find_seeds(query)

@@ -174,7 +174,8 @@ def image_part(path: str | Path, max_side: int = 2048) -> dict[str, Any]:
 
 
 def context_to_content_parts(context: Any, vision: bool, *, audio: bool = False, include_metadata: bool = True,
-                             include_graph: bool = True, max_side: int = 2048) -> list[dict[str, Any]]:
+                             include_graph: bool = True, max_side: int = 2048,
+                             facts_style: str = "lines") -> list[dict[str, Any]]:
     """OpenAI chat content parts for a retrieved ``Context`` (memsys.retrieve.context).
 
     Each memory is a text part ("n. [date] speaker: text") in context order. With
@@ -217,5 +218,7 @@ def context_to_content_parts(context: Any, vision: bool, *, audio: bool = False,
             except (OSError, MediaInputError) as exc:
                 text(f"   [{media.modality.value} unavailable: {type(exc).__name__}]")
     if include_graph and getattr(context, "graph_facts", None):
-        text("\nRelated facts from the knowledge graph:\n" + "\n".join(f"- {f}" for f in context.graph_facts))
+        from memsys.retrieve.facts import render_facts
+
+        text("\n" + "\n".join(render_facts(context.graph_facts, facts_style)))
     return parts

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memsys.records import MAU, Modality
+from memsys.retrieve.facts import render_facts
 from memsys.temporal import format_date
 
 
@@ -87,16 +88,17 @@ class Context:
                     out.append(sid)
         return out
 
-    def render(self, include_metadata: bool = True, include_graph: bool = True, group_by_session: bool = False) -> str:
-        """Plain-text memories, best first (or by session, see :func:`session_blocks`), then graph facts."""
+    def render(self, include_metadata: bool = True, include_graph: bool = True, group_by_session: bool = False,
+               facts_style: str = "lines") -> str:
+        """Plain-text memories, best first (or by session, see :func:`session_blocks`), then graph facts
+        (one per line, or grouped by subject: memsys.retrieve.facts)."""
         if group_by_session:
             lines = session_blocks(self.items, include_metadata)
         else:
             lines = [render_line(n, item.mau, item.text, include_metadata) for n, item in enumerate(self.items, start=1)]
         if include_graph and self.graph_facts:
             lines.append("")
-            lines.append("Related facts from the knowledge graph:")
-            lines.extend(f"- {f}" for f in self.graph_facts)
+            lines.extend(render_facts(self.graph_facts, facts_style))
         return "\n".join(lines)
 
 

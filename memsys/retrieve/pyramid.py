@@ -1,6 +1,7 @@
 """Pyramid retrieval under a token budget. Deterministic rules, no LLM judgment.
 
-Level 1: the (cut) summary of every top-k candidate, in rank order, while the
+Level 1: the summary of every top-k candidate (cut to ``summary_max_tokens``, or
+its sentences that bear on the query: memsys.retrieve.summary), in rank order, while the
 budget lasts. Level 2: full text for candidates whose dense similarity exceeds
 theta, most similar first. Level 3: raw content from cold storage, greedily by
 similarity per token, in what budget remains. Every item records the level it
@@ -13,8 +14,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from memsys.config import AnswerConfig, PyramidConfig
+from memsys.errors import ConfigError
 from memsys.records import MAU
 from memsys.retrieve.context import Context, ContextItem, MediaPart, render_line
+from memsys.retrieve.summary import cut_to_tokens, extractive_summary, query_term_weights
 
 
 @dataclass
@@ -33,18 +36,17 @@ class RawContent:
     media: MediaPart | None = None
 
 
-def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str:
-    if count(text) <= max_tokens:
-        return text
-    words = text.split()
-    lo, hi = 0, len(words)
-    while lo < hi:  # longest word prefix within the limit
-        mid = (lo + hi + 1) // 2
-        if count(" ".join(words[:mid]) + " ...") <= max_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return " ".join(words[:lo]) + " ..."
+def level1_summarizer(query: str, candidates: Sequence[RankedCandidate], cfg: PyramidConfig,
+                      count_tokens: Callable[[str], int]) -> Callable[[MAU], str]:
+    """What level 1 shows of a memory under ``cfg.summary_mode``; the extractive weights are the
+    query terms' rarity among these candidates' sentences, the speakers' names left out."""
+    if cfg.summary_mode == "cut":
+        return lambda mau: cut_to_tokens(mau.summary, cfg.summary_max_tokens, count_tokens)
+    if cfg.summary_mode != "extractive":
+        raise ConfigError(f"pyramid.summary_mode must be cut|extractive, got {cfg.summary_mode!r}")
+    weights = query_term_weights(query, (c.mau.summary for c in candidates),
+                                 ignore={c.mau.speaker for c in candidates if c.mau.speaker})
+    return lambda mau: extractive_summary(mau.summary, weights, cfg.summary_max_tokens, count_tokens)
 
 
 def _with_raw(text: str, raw: str) -> str:
@@ -73,8 +75,9 @@ def build_pyramid(
 
     # Level 1: summaries in rank order. An item's tokens include its rendered framing
     # (number, date, speaker, resolved times), so the prompt itself stays within B.
+    summarize = level1_summarizer(query, candidates, cfg, count_tokens)
     for rank, c in enumerate(candidates):
-        text = cut_to_tokens(c.mau.summary, cfg.summary_max_tokens, count_tokens)
+        text = summarize(c.mau)
         tokens = count_tokens(text) + framing_tokens(c.mau)
         if tokens > remaining:
             ctx.dropped.append((c.mau.id, f"level 1 summary ({tokens} tok) over remaining budget {remaining}"))

@@ -19,6 +19,7 @@ from memsys.index.scope import Scope, in_scope, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
 from memsys.records import MAU, Modality, Status
 from memsys.retrieve.context import Context, MediaPart
+from memsys.retrieve.facts import compact_facts
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
 from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, speaker_first
@@ -183,6 +184,10 @@ class Retriever:
         ctx = build_pyramid(query, cands, pcfg, self.cfg.answer, count_tokens, self.load_raw,
                             reserved_tokens=fact_tokens)
         if self.cfg.answer.include_graph_facts:
+            if facts and self.cfg.answer.graph_facts_style == "compact":
+                # the reservation above stays the line form's, so the memories chosen do not depend on
+                # how the facts are written; the context's tokens are what the reader is shown
+                fact_tokens = count_tokens("\n".join(compact_facts(facts)))
             ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
         if self.cfg.answer.abstain in ("retrieval", "both"):
             self._abstain(query, cands, ctx)

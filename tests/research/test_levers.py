@@ -118,6 +118,19 @@ def test_naive_preset_hides_the_knobs_that_cannot_act_alone():
         assert alive in live
 
 
+def test_reader_input_levers_of_issue_14_are_live_where_they_can_act():
+    omni = load_memory_config("omni")
+    live = {lv.id for lv in live_levers(omni)}
+    assert {"pyramid.summary_mode", "answer.type_hints"} <= live and "answer.graph_facts_style" not in live
+    assert "is dead here" in static_noop(omni, ["answer.graph_facts_style=compact"])  # the graph is off
+    with_facts = cfg_of("omni", "graph.enabled=true")
+    assert "answer.graph_facts_style" in {lv.id for lv in live_levers(with_facts)}
+    assert static_noop(with_facts, ["answer.graph_facts_style=compact"]) is None
+    assert static_noop(cfg_of("omni", "graph.enabled=true", "graph.max_facts=0"), ["answer.graph_facts_style=compact"])
+    reader_free = {lv.id for lv in live_levers(omni, reader_free=True)}
+    assert "answer.type_hints" not in reader_free and "pyramid.summary_mode" in reader_free  # it shapes the context
+
+
 def test_render_levers_is_one_short_line_per_live_lever():
     for preset in PRESETS:
         cfg = load_memory_config(preset)

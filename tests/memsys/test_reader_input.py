@@ -1,0 +1,156 @@
+"""What the reader is given under issue #14's reader-input levers: answer-type hints, compact graph
+facts, extractive level-1 summaries; the JSON-schema reply path with them; and the per-question
+digest the reader-free screen compares (memsys.predict.reader_input_digest).
+
+Real parts: a store over LoCoMo conv-26's first sessions (MiniLM, FAISS, BM25, the rule-based graph)
+and a real OpenAI-protocol server for the reply path.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.datasets.locomo import load_locomo
+from benchmarks.datasets.schema import iter_turns
+from harness.tokens import count_tokens
+from memsys.answer.generate import ANSWER_SCHEMA, answer_question, build_messages
+from memsys.answer.hints import TYPE_HINTS
+from memsys.config import LLMConfig
+from memsys.llm.client import LLMClient
+from memsys.memory import Memory
+from memsys.predict import reader_input_digest
+from memsys.records import Turn
+from memsys.retrieve.facts import FACTS_HEADER, compact_facts, parse_fact, render_facts
+from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
+
+GRAPH = ("memory.graph.enabled=true",)
+QUESTIONS = ["When did Caroline go to the LGBTQ support group?", "What did Melanie paint recently?",
+             "How many children does Melanie have?", "Is Caroline going to adopt a child?"]
+JSON_REPLY = 'Reply with a JSON object {"answer": "..."}.'
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, locomo_path, embedder):
+    conv = load_locomo(locomo_path).conversation("conv-26")
+    turns = [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
+             for t in iter_turns(conv) if t.session_id in ("session_1", "session_2", "session_3")]
+    path = tmp_path_factory.mktemp("reader_input") / "store"
+    mem = Memory.create(path, "omni", overrides=GRAPH)
+    mem.add(turns)
+    mem.build_graph(progress=False)
+    mem.save()
+    mem.close()
+    return path
+
+
+def reader_view(store, *overrides: str, questions=QUESTIONS):
+    """(config, [(question, context)]) for omni with the graph on and ``overrides``."""
+    mem = Memory.open(store, "omni", overrides=[*GRAPH, *overrides], read_only=True)
+    try:
+        return mem.cfg, [(q, mem.retrieve(q).context) for q in questions]
+    finally:
+        mem.close()
+
+
+def user_text(q, ctx, cfg) -> str:
+    return build_messages(q, ctx, cfg.answer)[1]["content"]
+
+
+def digests(cfg, view) -> list[str]:
+    return [reader_input_digest(q, ctx, cfg) for q, ctx in view]
+
+
+# ------------------------------------------------------------------ answer-type hints
+def test_type_hints_add_one_line_after_the_question_and_before_the_json_instruction(store):
+    cfg_off, view = reader_view(store)
+    cfg_on, _ = reader_view(store, "memory.answer.type_hints=true")
+    for (q, ctx), kind in zip(view, ("date", "span", "count", "yes_no")):
+        off, on = user_text(q, ctx, cfg_off), user_text(q, ctx, cfg_on)
+        assert "Expected answer" not in off
+        assert on.replace(TYPE_HINTS[kind] + "\n", "") == off
+        assert on.index(f"Question: {q}") < on.index(TYPE_HINTS[kind]) < on.index(JSON_REPLY)
+    no_json, _ = reader_view(store, "memory.answer.type_hints=true", "memory.answer.response_format=false")
+    q, ctx = view[0]
+    assert user_text(q, ctx, no_json).rstrip().endswith(TYPE_HINTS["date"])
+
+
+def test_the_json_schema_reply_path_works_with_hints_and_compact_facts(store, openai_server, monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    cfg, view = reader_view(store, "memory.answer.type_hints=true", "memory.answer.graph_facts_style=compact")
+    q, ctx = view[0]
+    openai_server.enqueue(Reply.of_json({"answer": "7 May 2023"}))
+    llm_cfg = LLMConfig(backend="openai", model="test-model", base_url=openai_server.base_url,
+                        api_key_env="MEMSYS_TEST_KEY_UNSET", timeout_s=5.0, max_retries=0, cache=False)
+    with LLMClient(llm_cfg) as llm:
+        assert answer_question(llm, q, ctx, cfg.answer).text == "7 May 2023"
+    (body,) = openai_server.chat_requests
+    assert body["response_format"]["json_schema"]["schema"] == ANSWER_SCHEMA
+    assert TYPE_HINTS["date"] in body["messages"][-1]["content"]
+
+
+# ------------------------------------------------------------------ graph facts
+def test_compact_facts_hold_the_same_facts_in_fewer_tokens(store):
+    cfg, view = reader_view(store)
+    facts = [f for _, ctx in view for f in ctx.graph_facts]
+    assert len(facts) >= 10, "the graph gives these questions facts"
+    for _, ctx in view:
+        lines = ctx.graph_facts
+        parsed = [parse_fact(f) for f in lines]
+        assert all(parsed), lines  # every line the graph writes is a fact the compact form can regroup
+        compact = compact_facts(lines)
+        assert len(compact) == len({p.subject for p in parsed}) < len(lines) or len(lines) <= 1
+        for p in parsed:  # each fact is in its subject's line
+            (line,) = [c for c in compact if c.startswith(p.subject + ": ")]
+            assert p.predicate() in line.split(": ", 1)[1].split("; ")
+        assert count_tokens("\n".join(render_facts(lines, "compact"))) < count_tokens("\n".join(render_facts(lines)))
+
+
+def test_compact_facts_reach_the_reader_and_count_in_the_context_tokens(store):
+    cfg_lines, lines_view = reader_view(store)
+    cfg_compact, compact_view = reader_view(store, "memory.answer.graph_facts_style=compact")
+    for (q, a), (_, b) in zip(lines_view, compact_view):
+        assert a.graph_facts == b.graph_facts and a.mau_ids == b.mau_ids  # same facts, same memories
+        assert b.graph_tokens < a.graph_tokens
+        text = user_text(q, b, cfg_compact)
+        assert FACTS_HEADER in text and "\n- " + compact_facts(b.graph_facts)[0] in text and "-->" not in text
+        assert user_text(q, a, cfg_lines).replace(a.render(include_graph=False), "") != text.replace(
+            b.render(include_graph=False), "")
+
+
+def test_lines_that_are_not_facts_keep_their_place():
+    lines = ["Caroline --likes--> painting", "a note from another augmenter", "Caroline --moved_from--> Sweden (2018)"]
+    assert compact_facts(lines) == ["Caroline: likes painting; moved from Sweden (2018)", "a note from another augmenter"]
+    assert render_facts([], "compact") == []
+    two = ["Melanie --interacts_with--> family (25 May 2023; 9 June 2023)", "Melanie --owns--> violin"]
+    assert compact_facts(two) == ["Melanie: interacts with family (25 May 2023, 9 June 2023); owns violin"]
+
+
+# ------------------------------------------------------------------ the reader-free screen's digest
+def test_the_digest_changes_exactly_when_the_reader_input_does(store):
+    base_cfg, base = reader_view(store)
+    base_digests = digests(base_cfg, base)
+    for overrides in (["memory.answer.type_hints=true"], ["memory.answer.graph_facts_style=compact"],
+                      ["memory.pyramid.summary_mode=extractive"]):
+        cfg, view = reader_view(store, *overrides)
+        changed = [a != b for a, b in zip(digests(cfg, view), base_digests)]
+        inputs = [user_text(q, c, cfg) != user_text(q, b, base_cfg) for (q, c), (_, b) in zip(view, base)]
+        assert changed == inputs and any(changed), overrides
+    # no facts shown: the compact style has nothing to act on
+    cfg, view = reader_view(store, "memory.answer.include_graph_facts=false", "memory.answer.graph_facts_style=compact")
+    plain_cfg, plain = reader_view(store, "memory.answer.include_graph_facts=false")
+    assert digests(cfg, view) == digests(plain_cfg, plain)
+
+
+def test_extractive_summaries_shorten_level_1_and_keep_level_2_full(store):
+    cut_cfg, cut = reader_view(store)
+    ext_cfg, ext = reader_view(store, "memory.pyramid.summary_mode=extractive")
+    shortened = 0
+    for (_, a), (_, b) in zip(cut, ext):
+        for x, y in zip(a.items, b.items):
+            assert x.mau.id == y.mau.id
+            if y.level >= 2:
+                assert y.text == x.text == y.mau.full_text  # level 2 still shows the full text
+            else:
+                assert y.tokens <= x.tokens
+                shortened += y.text != x.text
+    assert shortened > 0
