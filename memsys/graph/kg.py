@@ -111,7 +111,11 @@ class KnowledgeGraph:
             self.graph.add_node(e.id, name=e.name, type=e.type, confidence=e.confidence)
         for i, r in enumerate(self.relations):
             self.graph.add_edge(r.src, r.dst, key=i, type=r.type, confidence=r.confidence, mau_id=r.mau_id)
-        self._undirected = nx.Graph(self.graph.to_undirected(as_view=True))  # reachability only
+        # reachability only, built in entity and relation order: networkx's undirected view of a
+        # directed graph merges neighbours through sets, whose order changes with the hash seed
+        self._undirected = nx.Graph()
+        self._undirected.add_nodes_from(self.entities)
+        self._undirected.add_edges_from((r.src, r.dst) for r in self.relations)
         # facts are rendered per (src, type, dst): group the per-MAU relations once
         group_of: dict[tuple[str, str, str], int] = {}
         self._groups: list[tuple[str, str, str, float, list[str | None]]] = []
@@ -130,15 +134,16 @@ class KnowledgeGraph:
                 if r.confidence > conf:
                     self._groups[gi] = (src, type_, dst, r.confidence, maus)
         self._spec = {eid: 1.0 / (1.0 + math.log(max(1, len(e.mau_ids)))) for eid, e in self.entities.items()}
+        self._position = {eid: i for i, eid in enumerate(self.entities)}
         self._alias: dict[str, list[str]] = defaultdict(list)
         self._partial: dict[str, list[str]] = defaultdict(list)
         for e in self.entities.values():
             keys = {normalize_name(n) for n in [e.name, *e.aliases]}
             keys |= {core_name(k) for k in keys}
-            for k in keys:
+            for k in sorted(keys):  # sorted: a set's order changes with the process's hash seed
                 if k and e.id not in self._alias[k]:
                     self._alias[k].append(e.id)
-            for part in _partial_keys(e, keys):
+            for part in sorted(_partial_keys(e, keys)):
                 if e.id not in self._partial[part]:
                     self._partial[part].append(e.id)
         self._fuzzy_keys = [k for k in self._alias if len(k) >= _MIN_FUZZY_CHARS]
@@ -250,10 +255,13 @@ class KnowledgeGraph:
         out: dict[str, tuple[int, float]] = {}
         if not sources:
             return out
+        rank = {v: i for i, v in enumerate(sources)}
         for d, layer in enumerate(nx.bfs_layers(self._undirected, sources)):
             if d > self.cfg.hops:
                 break
-            for v in layer:
+            # bfs_layers starts from a set of the sources: put each layer in a fixed order (the seeds'
+            # order, then the entities'), since ties among the memories follow it
+            for v in sorted(layer, key=lambda v: (rank.get(v, len(rank)), self._position[v])):
                 out[v] = (d, (self.cfg.beta ** d) * self.entities[v].confidence)
         return out
 

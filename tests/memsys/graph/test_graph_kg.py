@@ -196,3 +196,40 @@ def test_llm_build_counts_failures_and_retries_them(memory, monkeypatch):
             again = build_graph(memory, extractor="llm", llm=llm, progress=False)
             assert (again.build_report.extracted, again.build_report.reused) == (1, 2)  # only the failed MAU
             assert len(srv.chat_requests) == 4
+
+
+_PROBE = """
+import hashlib, json, sys, tempfile
+from benchmarks.datasets.locomo import load_locomo
+from benchmarks.datasets.schema import iter_turns
+from harness.paths import data_dir
+from memsys.config import EmbedderConfig, GraphConfig, MemoryConfig
+from memsys.memory import Memory
+from memsys.records import Turn
+conv = [c for c in load_locomo(data_dir() / "locomo" / "locomo10.json").conversations if c.id == "conv-30"][0]
+cfg = MemoryConfig(name="probe", embedder=EmbedderConfig(backend="hashing", dim=64, cache=False),
+                   graph=GraphConfig(enabled=True))
+with tempfile.TemporaryDirectory() as d:
+    mem = Memory.create(d + "/s", cfg)
+    mem.add([Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id) for t in iter_turns(conv)])
+    kg = mem.build_graph()
+    out = [[list(kg.search(q.question).reached.items()), kg.search(q.question).maus] for q in conv.questions[:60]]
+    print(hashlib.sha256(json.dumps(out).encode()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_graph_answers_do_not_depend_on_the_hash_seed(locomo_path):
+    """Two processes with different string hashing must rank the same memories in the same order (the
+    undirected view networkx builds from a directed graph orders neighbours through sets)."""
+    import os
+    import subprocess
+    import sys
+
+    digests = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        digests.add(out.stdout.strip().splitlines()[-1])
+    assert len(digests) == 1
