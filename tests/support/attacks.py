@@ -695,7 +695,9 @@ def run_group(group: str, backend: str, work: Path, token: str, *, items: list[A
                  *(o for o in LOOP_OVERRIDES if o.split("=", 1)[0] not in keys), *own]
         if group in READER_GROUPS:
             extra += ["llm=openai", f"llm.base_url={server.base_url}", f"llm.api_key_env={KEY_ENV}",
-                      "llm.model=test-model"]
+                      # its own model name per group: the reply cache is shared by the session's tests,
+                      # and the echoing reader must not be answered from the network group's replies
+                      f"llm.model=test-model-{group}"]
         extra += list(overrides)
         setup = scripted_setup(repo, len(chosen), *extra)
         hooks_before = tree_digest(repo / ".git" / "hooks")
