@@ -103,8 +103,11 @@ class TantivyIndex(SparseIndex):
     def delete(self, positions: Sequence[int], *, commit: bool = True) -> None:
         with self._write_lock:
             writer = self._require_writer()
-            for p in positions:
-                writer.delete_documents_by_term("pos", int(p))
+            if len(positions):
+                # a query built against the schema: delete_documents_by_term("pos", int) makes an i64
+                # term, which never matches this u64 field (updates used to leave the old document)
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_set_query(self._schema, "pos", [int(p) for p in positions]))
             self._pending += len(positions)
             if commit:
                 self.commit()

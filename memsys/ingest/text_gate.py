@@ -88,7 +88,7 @@ class JaccardWindow:
         if not found:
             return 0.0
         if self.size <= 64:
-            raw = np.array(found, np.uint64).view(np.uint8)
+            raw = np.array(found, "<u8").view(np.uint8)  # little-endian: byte k holds slots 8k..8k+7
         else:
             raw = np.frombuffer(b"".join(m.to_bytes(self._bytes, "little") for m in found), np.uint8)
         bits = np.unpackbits(raw.reshape(len(found), -1), axis=1, bitorder="little")

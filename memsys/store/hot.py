@@ -71,6 +71,11 @@ def scope_row(seq: int, m: MAU, f: ScopeFields | None = None) -> tuple:
     return (seq, f.user, f.conversation, f.ts, m.session_id, int(m.status == Status.ARCHIVED))
 
 
+def scope_rows(first_seq: int, maus: Iterable[MAU], fields: Iterable[ScopeFields]) -> list[tuple]:
+    """Scope rows of consecutive MAUs from ``first_seq`` on, with their scope fields computed once."""
+    return [scope_row(first_seq + i, m, f) for i, (m, f) in enumerate(zip(maus, fields))]
+
+
 class HotTier:
     """A connection to ``hot.sqlite`` and the statements the store runs on it.
 
@@ -233,7 +238,3 @@ class HotTier:
                 "SELECT s.session, m.id FROM (SELECT session, MAX(seq) AS seq FROM mau_scope "
                 "WHERE session IS NOT NULL GROUP BY session) s JOIN maus m ON m.seq = s.seq").fetchall()
         return dict(rows)
-
-
-def scope_rows(first_seq: int, maus: Iterable[MAU], fields: Iterable[ScopeFields]) -> list[tuple]:
-    return [scope_row(first_seq + i, m, f) for i, (m, f) in enumerate(zip(maus, fields))]

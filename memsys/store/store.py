@@ -74,6 +74,7 @@ class MemoryStore:
         self._active = self._active_buf
         self.dense = DenseIndex(self.dim, self.index_cfg)
         self._tantivy: TantivyIndex | None = None
+        self._sparse_todo = False  # rows in sparse_todo wait for the next tantivy commit
         self._sparse: dict[tuple[str, str, str], SparseIndex] = {}  # (backend, fields, index text) -> in memory
         self._saved_dense = int(manifest.get("indices", {}).get("dense", {}).get("count", 0) or 0)
 
@@ -213,8 +214,7 @@ class MemoryStore:
             if self._tantivy is not None:
                 self._tantivy.add([indexed_text(base + i, m, self._own_text, f)
                                    for i, (m, f) in enumerate(zip(maus, fields))], commit=False)
-                if self._tantivy.pending >= self.index_cfg.sparse_commit_every:
-                    self._tantivy.commit()  # bounds what a crash makes the next open re-add
+                self._commit_sparse(due_only=True)
             self._invalidate_sparse()
             if len(self.dense) - self._saved_dense >= self.index_cfg.dense_snapshot_every:
                 self._snapshot()  # bounds what a crash makes the next open re-add
@@ -236,11 +236,23 @@ class MemoryStore:
             for p, m in zip(pos, maus):
                 self.maus[p] = m
                 self._active[p] = m.status != Status.ARCHIVED
-            if self._tantivy is not None:
+            if self._tantivy is not None:  # sparse_todo names the rows until they are committed
                 self._tantivy.delete(pos, commit=False)
-                self._tantivy.add([indexed_text(p, m, self._own_text) for p, m in zip(pos, maus)])
-                self.hot.transaction([("DELETE FROM sparse_todo", [()])])
+                self._tantivy.add([indexed_text(p, m, self._own_text) for p, m in zip(pos, maus)], commit=False)
+                self._sparse_todo = True
+                self._commit_sparse(due_only=True)
             self._invalidate_sparse()
+
+    def _commit_sparse(self, due_only: bool = False) -> None:
+        """Commit the durable BM25 index (``due_only``: once ``index.sparse_commit_every`` changes wait,
+        which bounds what a crash makes the next open redo), then forget the rows it had to redo."""
+        tv = self._tantivy
+        if tv is None or (due_only and tv.pending < self.index_cfg.sparse_commit_every):
+            return
+        tv.flush()
+        if self._sparse_todo:
+            self.hot.transaction([("DELETE FROM sparse_todo", [()])])
+            self._sparse_todo = False
 
     def _snapshot(self) -> None:
         """Write the dense index beside its final name, then rename it in and record it."""
@@ -258,12 +270,14 @@ class MemoryStore:
         """Snapshot the dense index and the manifest, and commit the sparse index (the hot tier is durable)."""
         self._check_writable()
         with self._write_lock:
-            if self._tantivy is not None:
-                self._tantivy.flush()
+            self._commit_sparse()
             self._snapshot()
 
     def close(self) -> None:
         if self._tantivy is not None:
+            if not self.read_only:
+                with self._write_lock:
+                    self._commit_sparse()
             self._tantivy.close()
         self.hot.close()
 

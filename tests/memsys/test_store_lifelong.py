@@ -194,6 +194,51 @@ def test_sparse_commits_are_deferred_but_every_add_is_searchable(tmp_path):
     store.close()
 
 
+def test_an_update_replaces_the_bm25_document_of_its_mau(tmp_path):
+    store = build(tmp_path / "s", make_maus(600), 200, "none")
+    m = store.get("m5")
+    m.summary = "zzzrewritten text"
+    store.update([m])
+    assert [p for p, _ in store.search_sparse("zzzrewritten", 5)] == [5]
+    assert 5 not in {p for p, _ in store.search_sparse("w5", 600)}  # the old document is gone
+    assert len(store.sparse()) == 600
+    store.close()
+
+
+UPDATE_THEN_DIE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from memsys.config import IndexConfig
+    from memsys.store import MemoryStore
+    from tests.memsys.test_store_lifelong import DIM, SMALL, make_maus
+
+    store = MemoryStore.create(Path(sys.argv[1]), embedder_name="random", dim=DIM, index=IndexConfig(**SMALL))
+    store.add(make_maus(500))
+    store.save()  # committed: the 500 MAUs as first written
+    m = store.get("m5")
+    m.summary = "zzzrewritten text"
+    store.update([m])  # its BM25 document waits for a commit that never comes
+    store.add(make_maus(600)[500:])
+    os._exit(0)
+    """
+)
+
+
+def test_updates_and_adds_left_uncommitted_by_a_dead_writer_are_redone_on_open(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(UPDATE_THEN_DIE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "s")], env=env, check=True, timeout=300)
+    store = MemoryStore.open(tmp_path / "s")
+    assert len(store) == 600 and store._tantivy.indexed_upto() == 600
+    assert [p for p, _ in store.search_sparse("zzzrewritten", 5)] == [5]
+    assert 5 not in {p for p, _ in store.search_sparse("w5", 600)}
+    assert 599 in {p for p, _ in store.search_sparse("w599", 5)}
+    assert store.hot_connection().execute("SELECT COUNT(*) FROM sparse_todo").fetchone()[0] == 0
+    store.close()
+
+
 def test_duplicate_id_in_a_lazy_store_is_refused_whole(tmp_path):
     maus = make_maus(2000, seed=2)
     store = build(tmp_path / "s", maus[:1800], 600, "none")
