@@ -228,6 +228,7 @@ class IndexConfig:
     dense_snapshot_every: int = 100_000  # MAUs added between dense snapshots: bounds the catch-up after a crash
     scope_exact_max: int = 50_000  # a scoped dense query over at most this many MAUs scans them exactly
     sparse_incremental: bool = True  # keep a durable tantivy BM25 index, updated per batch
+    sparse_commit_every: int = 20_000  # MAUs added between tantivy commits (and before any read): bounds the catch-up after a crash
     sparse_exact_max: int = 20_000  # up to this many MAUs the in-memory exact BM25 (retrieval.sparse_backend) answers
     lazy_records_above: int = 50_000  # above this many MAUs records load on demand (small open time and memory)
     record_cache: int = 50_000  # records kept in memory by a lazily loaded store

@@ -8,6 +8,8 @@ Parts (``--parts``, each writes its section of the JSON):
   tier + both indexes), store open time, peak RSS, hybrid retrieval p50/p95 (query embedding
   excluded), dense ANN recall@20 vs exact, and the planted conversation's evidence recall@20
   unscoped and scoped to it, against the same conversation stored alone.
+- ``ingest``: the ``lifelong`` part's ingest, open time and peak RSS only (no retrieval or recall), with
+  process CPU time per MAU, the load average and per-batch times by tenth of the run.
 - ``embed``: MiniLM raw throughput vs ingest through ``Memory.add`` on the same texts (fresh caches).
 - ``crash``: a writer child SIGKILLed at random points; every reopen checked.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
@@ -108,33 +111,58 @@ def pct(xs: list[float], q: float) -> float:
 
 
 # ------------------------------------------------------------------ lifelong (one size per child)
+def _tenths(per_batch: list[float]) -> list[float]:
+    """Median of each tenth of the run (flat = a batch costs the same early and late)."""
+    parts = np.array_split(np.asarray(per_batch), min(10, len(per_batch))) if per_batch else []
+    return [round(float(np.median(p)), 2) for p in parts]
+
+
 def ingest(path: Path, items: Iterator[HaystackItem], size: int, base, cfg: IndexConfig) -> dict[str, Any]:
+    """Gate + store + both indexes, batch by batch; wall and process CPU time (all threads) per part.
+
+    CPU time is what the machine's load does not inflate: on a shared machine the wall-clock rate
+    mostly measures the scheduler."""
     store = MemoryStore.create(path, embedder_name="all-MiniLM-L6-v2", dim=384, index=cfg)
     gate = TextNoveltyGate(TextNoveltyConfig())
-    vec_s = gate_s = store_s = 0.0
+    vec_s = gate_s = store_s = gate_cpu = store_cpu = 0.0
     rejected = 0
+    batch_ms: list[float] = []
+    batch_cpu_ms: list[float] = []
+    load_start = list(os.getloadavg())
     for start, batch in enumerate(tqdm(batches(items, BATCH), total=-(-size // BATCH), desc=f"ingest {size}")):
         t0 = time.perf_counter()
         vecs = item_vectors(batch, base, start)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         keep = []
         for it, v in zip(batch, vecs):
             if gate.check(it.text).accepted:
                 keep.append(to_mau(it, v))
             else:
                 rejected += 1
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         store.add(keep)
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
         vec_s, gate_s, store_s = vec_s + t1 - t0, gate_s + t2 - t1, store_s + t3 - t2
-    t0 = time.perf_counter()
+        gate_cpu, store_cpu = gate_cpu + c2 - c1, store_cpu + c3 - c2
+        batch_ms.append((t3 - t1) * 1e3)
+        batch_cpu_ms.append((c3 - c1) * 1e3)
+    t0, c0 = time.perf_counter(), time.process_time()
     store.save()
-    save_s = time.perf_counter() - t0
+    save_s, save_cpu = time.perf_counter() - t0, time.process_time() - c0
     n = len(store)
     store.close()
+    total_s, total_cpu = gate_s + store_s + save_s, gate_cpu + store_cpu + save_cpu
     return {"stored": n, "rejected_by_gate": rejected, "synthetic_vector_s": vec_s, "gate_s": gate_s,
             "store_and_index_s": store_s, "save_s": save_s,
-            "maus_per_s_without_embedding": size / (gate_s + store_s + save_s)}
+            "maus_per_s_without_embedding": size / total_s,
+            "cpu_s": {"gate": gate_cpu, "store_and_index": store_cpu, "save": save_cpu, "total": total_cpu},
+            "cpu_us_per_mau": {"gate": gate_cpu / size * 1e6, "store_and_index": store_cpu / size * 1e6,
+                               "total": total_cpu / size * 1e6},
+            "maus_per_cpu_s": size / total_cpu,
+            "load_avg_start": load_start, "load_avg_end": list(os.getloadavg()),
+            "batch_ms_median_by_tenth": _tenths(batch_ms), "batch_cpu_ms_median_by_tenth": _tenths(batch_cpu_ms),
+            "batch_ms_max": max(batch_ms, default=0.0), "batch_cpu_ms_max": max(batch_cpu_ms, default=0.0),
+            "slowest_batches": sorted(((round(ms), i) for i, ms in enumerate(batch_ms)), reverse=True)[:5]}
 
 
 def evaluate(store: MemoryStore, qvecs, planted, scope: Scope | None) -> dict[str, Any]:
@@ -194,7 +222,7 @@ def _exact_ivf(dense, v: np.ndarray, chunk: int = 100_000) -> set[int]:
     return {p for p, _ in best}
 
 
-def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str, Any]:
+def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig, ingest_only: bool = False) -> dict[str, Any]:
     planted, sources = corpus(seed)
     base, qvecs = base_vectors(planted, sources)
     out: dict[str, Any] = {"size": size}
@@ -203,6 +231,11 @@ def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str,
     t0 = time.perf_counter()
     store = MemoryStore.open(path)
     out["open_s"] = time.perf_counter() - t0
+    if ingest_only:  # part "ingest": no retrieval, recall or alone-store evaluation
+        out["dense_kind"] = store.dense.kind
+        store.close()
+        out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        return out
     out["dense_kind"] = store.dense.kind
     out["unscoped"] = evaluate(store, qvecs, planted, None)
     out["scoped_to_planted"] = evaluate(store, qvecs, planted, Scope(conversation=planted.id))
@@ -217,13 +250,14 @@ def run_size(size: int, seed: int, workdir: Path, cfg: IndexConfig) -> dict[str,
     return out
 
 
-def part_lifelong(sizes: list[int], seed: int) -> list[dict[str, Any]]:
+def part_lifelong(sizes: list[int], seed: int, ingest_only: bool = False) -> list[dict[str, Any]]:
     results = []
     for size in sizes:  # one child per size: a clean peak RSS and no page cache of our own
         with tempfile.TemporaryDirectory(prefix="lifelong-", dir="/tmp") as tmp:
             out = Path(tmp) / "out.json"
             subprocess.run([sys.executable, __file__, "--child-size", str(size), "--seed", str(seed),
-                            "--workdir", tmp, "--out", str(out)], check=True)
+                            "--workdir", tmp, "--out", str(out)] + (["--ingest-only"] if ingest_only else []),
+                           check=True)
             results.append(json.loads(out.read_text()))
             print(json.dumps(results[-1], indent=1), flush=True)
     return results
@@ -238,26 +272,28 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench/lifelong.json")
     ap.add_argument("--child-size", type=int)
     ap.add_argument("--workdir")
+    ap.add_argument("--ingest-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_size:
-        atomic_write_json(Path(args.out), run_size(args.child_size, args.seed, Path(args.workdir), IndexConfig()))
+        atomic_write_json(Path(args.out), run_size(args.child_size, args.seed, Path(args.workdir), IndexConfig(),
+                                                   args.ingest_only))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     report: dict[str, Any] = {"when": datetime.now(timezone.utc).isoformat(), "host": platform.node(),
-                              "cpus": 2, "load_avg_start": list(__import__("os").getloadavg()),
+                              "cpus": 2, "load_avg_start": list(os.getloadavg()),
                               "sizes": sizes, "seed": args.seed, "synthetic_vectors": True,
                               "noise_sigma": NOISE_SIGMA, "index_config": IndexConfig().__dict__}
     out = Path(args.out)
     if out.exists():
         report = {**json.loads(out.read_text()), **{k: v for k, v in report.items() if k != "when"}}
     for part in args.parts.split(","):
-        if part == "lifelong":
-            report["lifelong"] = part_lifelong(sizes, args.seed)
+        if part in ("lifelong", "ingest"):
+            report[part] = part_lifelong(sizes, args.seed, ingest_only=part == "ingest")
         else:
             from benchmarks.perf import bench_lifelong_parts as parts
 
             report[part] = getattr(parts, f"part_{part}")(sizes, args.seed)
-        report["load_avg_end"] = list(__import__("os").getloadavg())
+        report["load_avg_end"] = list(os.getloadavg())
         atomic_write_json(out, report)
     print(json.dumps(report, indent=1))
 

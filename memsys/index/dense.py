@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import faiss
 import numpy as np
 
 from memsys.config import IndexConfig
+from memsys.index.blas import faiss_native_env
+
+with faiss_native_env():  # FAISS's OpenBLAS kernels and OpenMP waiting (memsys.index.blas)
+    import faiss
 
 ANN_KINDS = ("hnsw", "ivf", "none")
 

@@ -9,19 +9,18 @@ every time range.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from memsys.records import MAU
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def micros(ts: datetime) -> int:
-    """Microseconds since the epoch; naive datetimes are read as UTC."""
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    delta = ts - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    """Microseconds since the epoch (exact: timedelta // timedelta); naive datetimes are read as UTC."""
+    return (ts - (_NAIVE_EPOCH if ts.tzinfo is None else _EPOCH)) // _MICROSECOND
 
 
 @dataclass(frozen=True, slots=True)

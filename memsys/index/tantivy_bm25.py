@@ -9,6 +9,12 @@ Documents carry their store position and the scope fields (user, conversation, t
 so a scoped query filters inside tantivy's query (a zero-score required clause), never
 after it. Text is indexed as our own tokens (memsys.index.sparse.tokenize), the same
 tokens the in-memory exact BM25 sees, so the two rank alike.
+
+Added documents may wait for a later commit (``add(..., commit=False)``): any read
+(``search``, ``indexed_upto``, ``len``) commits them first, so a query always sees every
+document added before it. A commit costs ~25 ms of CPU and an fsync whatever its size,
+so a growing store commits every ``index.sparse_commit_every`` MAUs instead of every batch;
+what a killed writer had not committed is re-added from the hot tier on the next open.
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ class TantivyIndex(SparseIndex):
             self._index = tantivy.Index(self._schema)
         self._writer = self._index.writer(heap_size=_HEAP_BYTES, num_threads=1) if writable else None
         self._lock = threading.Lock()
+        self._write_lock = threading.RLock()  # the writer is used by one thread at a time
+        self._pending = 0  # documents added or deleted since the last commit
         self._index.reload()
         self._searcher = self._index.searcher()
         self._n = self._searcher.num_docs
@@ -75,34 +83,65 @@ class TantivyIndex(SparseIndex):
         self.add([IndexedText(i, t) for i, t in enumerate(texts)])
 
     def add(self, docs: Sequence[IndexedText], *, commit: bool = True) -> None:
-        writer = self._require_writer()
-        for d in docs:
-            doc = tantivy.Document()
-            doc.add_text("body", " ".join(tokenize(d.text)))
-            doc.add_unsigned("pos", d.position)
-            if d.user is not None:
-                doc.add_text("user", d.user)
-            if d.conversation is not None:
-                doc.add_text("conversation", d.conversation)
-            doc.add_integer("ts", d.ts if d.ts is not None else _NO_TIME)
-            writer.add_document(doc)
-        if commit:
-            self.commit()
+        """Add documents; ``commit=False`` leaves them for a later commit (the next read at the latest)."""
+        with self._write_lock:
+            writer = self._require_writer()
+            for d in docs:
+                doc = tantivy.Document()
+                doc.add_text("body", " ".join(tokenize(d.text)))
+                doc.add_unsigned("pos", d.position)
+                if d.user is not None:
+                    doc.add_text("user", d.user)
+                if d.conversation is not None:
+                    doc.add_text("conversation", d.conversation)
+                doc.add_integer("ts", d.ts if d.ts is not None else _NO_TIME)
+                writer.add_document(doc)
+            self._pending += len(docs)
+            if commit:
+                self.commit()
 
     def delete(self, positions: Sequence[int], *, commit: bool = True) -> None:
-        writer = self._require_writer()
-        for p in positions:
-            writer.delete_documents_by_term("pos", int(p))
-        if commit:
-            self.commit()
+        with self._write_lock:
+            writer = self._require_writer()
+            if len(positions):
+                # a query built against the schema: delete_documents_by_term("pos", int) makes an i64
+                # term, which never matches this u64 field (updates used to leave the old document)
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_set_query(self._schema, "pos", [int(p) for p in positions]))
+            self._pending += len(positions)
+            if commit:
+                self.commit()
+
+    @property
+    def pending(self) -> int:
+        """Documents added or deleted since the last commit."""
+        return self._pending
 
     def commit(self) -> None:
         """Make the added documents durable and searchable (one atomic tantivy commit)."""
-        self._require_writer().commit()
-        self._index.reload()
-        with self._lock:
-            self._searcher = self._index.searcher()
-            self._n = self._searcher.num_docs
+        with self._write_lock:
+            self._require_writer().commit()
+            self._pending = 0
+            self._index.reload()
+            with self._lock:
+                self._searcher = self._index.searcher()
+                self._n = self._searcher.num_docs
+
+    def flush(self) -> None:
+        """Commit what was added or deleted since the last commit, if anything."""
+        self._fresh()
+
+    def _fresh(self) -> tantivy.Searcher:
+        """The searcher, after committing what was added since the last commit."""
+        if self._pending:
+            with self._write_lock:
+                if self._pending:
+                    self.commit()
+        return self._searcher
+
+    def __len__(self) -> int:
+        self._fresh()
+        return self._n
 
     def _require_writer(self) -> tantivy.IndexWriter:
         if self._writer is None:
@@ -110,21 +149,26 @@ class TantivyIndex(SparseIndex):
         return self._writer
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.wait_merging_threads()  # releases the writer lock
-            self._writer = None
+        with self._write_lock:
+            if self._writer is not None:
+                if self._pending:
+                    self.commit()
+                self._writer.wait_merging_threads()  # releases the writer lock
+                self._writer = None
 
     def indexed_upto(self) -> int:
         """One past the highest position indexed: where catching up from the hot tier starts."""
+        searcher = self._fresh()
         if self._n == 0:
             return 0
-        hits = self._searcher.search(tantivy.Query.all_query(), 1, count=False, order_by_field="pos").hits
+        hits = searcher.search(tantivy.Query.all_query(), 1, count=False, order_by_field="pos").hits
         return int(hits[0][0]) + 1 if hits else 0
 
     # ----------------------------------------------------------------- reads
     def search(self, query: str, k: int, scope: Scope | None = None) -> list[tuple[int, float]]:
         """Top-k positions with BM25 score > 0, best first; only inside ``scope`` when given."""
         terms = tokenize(query)
+        searcher = self._fresh()
         if not terms or k <= 0 or self._n == 0:
             return []
         q = tantivy.Query.boolean_query(
@@ -136,7 +180,6 @@ class TantivyIndex(SparseIndex):
                 [(tantivy.Occur.Must, q)]
                 + [(tantivy.Occur.Must, tantivy.Query.const_score_query(f, 0.0)) for f in filters]
             )
-        searcher = self._searcher
         limit = k + 8
         while True:  # fetch past the cut until the k-th score's ties are all in: deterministic ties
             hits = searcher.search(q, limit, count=False).hits

@@ -8,6 +8,9 @@ from typing import Any
 
 from memsys.records import MAU, Link, LinkKind, Modality, Status, TimeMention
 
+# what json.dumps(obj, ensure_ascii=False, sort_keys=True) builds on every call, built once
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+
 
 def mau_to_json(m: MAU) -> str:
     obj: dict[str, Any] = {
@@ -32,7 +35,7 @@ def mau_to_json(m: MAU) -> str:
         ],
         "time_span": list(m.time_span) if m.time_span else None,
     }
-    return json.dumps(obj, ensure_ascii=False, sort_keys=True)
+    return _ENCODER.encode(obj)
 
 
 def mau_from_json(text: str) -> MAU:

@@ -1,28 +1,28 @@
 """A memory store is a directory.
 
     manifest.json   format/version, embedder, counts and checksums of the index files
-    hot.sqlite      hot tier: MAU records, embeddings, graph tables (source of truth)
+    hot.sqlite      hot tier: MAU records, embeddings, graph tables (source of truth; memsys.store.hot)
     cold/           cold tier: content-addressed raw content
     dense.faiss     FAISS index snapshot (derived: a prefix of the hot tier's rows)
     sparse.tantivy/ durable incremental BM25 index (derived; issue #16)
 
 SQLite is the source of truth and commits every batch in one transaction, so a
 killed process loses at most the batch in flight; index files are derived data,
-written atomically, and on open they catch up from the hot tier: the rows they
-lack are added (a stale index costs the lag, not a rebuild), and a missing or
-damaged one is rebuilt. That is what makes every state a killed process can leave
-behind openable. Stores written before issue #16 open the same way: their scope
-table and tantivy index are built from the hot tier on the first read-write open.
+written atomically, and on open they catch up from the hot tier (memsys.store.indexes).
+Stores written before issue #16 open the same way: their scope table and tantivy index
+are built from the hot tier on the first read-write open.
+
+Adding a batch costs time proportional to the batch: one SQLite transaction, one FAISS
+add, tantivy documents committed every ``index.sparse_commit_every`` MAUs (and before any
+read), and a dense snapshot every ``index.dense_snapshot_every`` MAUs.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import sqlite3
 import threading
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, MutableSequence, Sequence
@@ -30,91 +30,30 @@ from typing import Any, Iterable, MutableSequence, Sequence
 import numpy as np
 
 from memsys.config import IndexConfig
-from memsys.errors import (
-    DuplicateIdError,
-    InputError,
-    StoreCorruptError,
-    StoreError,
-    StoreReadOnlyError,
-)
+from memsys.errors import DuplicateIdError, StoreCorruptError, StoreError, StoreReadOnlyError
 from memsys.index.dense import DenseIndex
-from memsys.index.scope import Scope, ScopeFields, scope_fields
+from memsys.index.scope import Scope, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
-from memsys.index.tantivy_bm25 import IndexedText, TantivyIndex
-from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
+from memsys.index.tantivy_bm25 import TantivyIndex
+from memsys.ingest.index_text import LEGACY_INDEX_TEXT
 from memsys.records import MAU, Status
 from memsys.store.atomic import atomic_write_json, sha256_file
-from memsys.store.codec import mau_from_json, mau_to_json
 from memsys.store.cold import ColdStore
-from memsys.store.files import MANIFEST, STORE_FORMAT, STORE_VERSION, connect_read_only, read_manifest
+from memsys.store.files import MANIFEST, STORE_FORMAT, STORE_VERSION, read_manifest
+from memsys.store.hot import HOT, QUICK_CHECK_MAX_BYTES, UPSERT_SCOPE, HotTier, encodable_record, scope_row, scope_rows
+from memsys.store.indexes import DENSE, SPARSE, TANTIVY, indexed_text, load_dense, open_tantivy, sparse_text, write_dense
 from memsys.store.lazy import LazyMAUs, LazyPositions
 
+__all__ = ["MemoryStore", "STORE_FORMAT", "STORE_VERSION", "HOT", "DENSE", "SPARSE", "TANTIVY",
+           "QUICK_CHECK_MAX_BYTES", "sparse_text"]
+
 log = logging.getLogger(__name__)
-
-HOT = "hot.sqlite"
-DENSE = "dense.faiss"
-SPARSE = "sparse.json"  # written by stores before issue #16; ignored now
-TANTIVY = "sparse.tantivy"
-QUICK_CHECK_MAX_BYTES = 256 * 2**20  # hot tiers up to this size are fully checked on open
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS maus (
-    seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
-    record TEXT NOT NULL,
-    embedding BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS mau_scope (
-    seq INTEGER PRIMARY KEY,
-    user TEXT,
-    conversation TEXT,
-    ts INTEGER,
-    session TEXT,
-    archived INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS mau_scope_user ON mau_scope (user, ts);
-CREATE INDEX IF NOT EXISTS mau_scope_conversation ON mau_scope (conversation, ts);
-CREATE INDEX IF NOT EXISTS mau_scope_ts ON mau_scope (ts);
-CREATE TABLE IF NOT EXISTS sparse_todo (seq INTEGER PRIMARY KEY);
-"""
-
-
-def sparse_text(m: MAU, fields: str, index_fields: str = LEGACY_INDEX_TEXT) -> str:
-    """What BM25 indexes for a MAU: its summary, and optionally the detail text, headed by the
-    speaker (and date) when ``index_fields`` asks (memsys.ingest.index_text)."""
-    if fields == "summary":
-        body = m.summary
-    else:
-        full = m.full_text
-        body = m.summary if full == m.summary else f"{m.summary}\n{full}"
-    return body if index_fields == LEGACY_INDEX_TEXT else index_text(m, index_fields, body)
-
-
-def _encodable_record(m: MAU) -> str:
-    """The JSON record of a MAU, refused (before any write) if SQLite cannot store it as UTF-8."""
-    record = mau_to_json(m)
-    try:
-        record.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(f"MAU {m.id!r} has text that is not valid UTF-8 ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from exc
-    return record
-
-
-def _scope_row(seq: int, m: MAU, f: ScopeFields | None = None) -> tuple:
-    f = f or scope_fields(m)
-    return (seq, f.user, f.conversation, f.ts, m.session_id, int(m.status == Status.ARCHIVED))
-
-
-def _indexed_text(pos: int, m: MAU, fields: tuple[str, str], f: ScopeFields | None = None) -> IndexedText:
-    f = f or scope_fields(m)
-    return IndexedText(pos, sparse_text(m, *fields), f.user, f.conversation, f.ts)
 
 
 class MemoryStore:
     """Hot + cold tiers and indices of one memory. Use :meth:`create` or :meth:`open`."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], conn: sqlite3.Connection, read_only: bool):
+    def __init__(self, path: Path, manifest: dict[str, Any], hot: HotTier, read_only: bool):
         self.path = path
         self.manifest = manifest
         self.read_only = read_only
@@ -125,15 +64,17 @@ class MemoryStore:
         self.sparse_index_text: str = manifest.get("sparse_index_text", LEGACY_INDEX_TEXT)
         self.index_cfg = IndexConfig(**manifest.get("index", {"dense_ann": "none", "sparse_incremental": False}))
         self.cold = ColdStore(path / "cold")
-        self._conn = conn
+        self.hot = hot
+        self._conn, self._read_lock = hot.conn, hot.lock
         self._write_lock = threading.Lock()
         self._sparse_lock = threading.Lock()
-        self._read_lock = threading.Lock()
         self.maus: MutableSequence[MAU] = []
         self.positions: Any = {}
-        self._active = np.ones(0, bool)
+        self._active_buf = np.ones(0, bool)  # grown by doubling: an added batch never copies the whole mask
+        self._active = self._active_buf
         self.dense = DenseIndex(self.dim, self.index_cfg)
         self._tantivy: TantivyIndex | None = None
+        self._sparse_todo = False  # rows in sparse_todo wait for the next tantivy commit
         self._sparse: dict[tuple[str, str, str], SparseIndex] = {}  # (backend, fields, index text) -> in memory
         self._saved_dense = int(manifest.get("indices", {}).get("dense", {}).get("count", 0) or 0)
 
@@ -155,8 +96,6 @@ class MemoryStore:
         if path.exists() and any(path.iterdir()):
             raise StoreError(f"cannot create store: {path} exists and is not empty (open it instead)")
         path.mkdir(parents=True, exist_ok=True)
-        from dataclasses import asdict
-
         manifest = {
             "format": STORE_FORMAT,
             "version": STORE_VERSION,
@@ -170,11 +109,9 @@ class MemoryStore:
             "indices": {},
             "extra": extra or {},
         }
-        conn = sqlite3.connect(path / HOT, check_same_thread=False, isolation_level=None)
-        conn.executescript(_SCHEMA)
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('format', ?)", (f"{STORE_FORMAT}/{STORE_VERSION}",))
+        hot = HotTier.create(path, f"{STORE_FORMAT}/{STORE_VERSION}")
         atomic_write_json(path / MANIFEST, manifest)  # written last: its presence marks a store
-        store = cls(path, manifest, conn, read_only=False)
+        store = cls(path, manifest, hot, read_only=False)
         store._open_tantivy()
         return store
 
@@ -182,37 +119,16 @@ class MemoryStore:
     def open(cls, path: str | Path, *, read_only: bool = False) -> "MemoryStore":
         path = Path(path)
         manifest = read_manifest(path)
-        hot = path / HOT
-        if not hot.exists():
-            raise StoreCorruptError(f"store hot tier missing: {hot}")
-        try:
-            if read_only:
-                conn = connect_read_only(hot)
-            else:
-                conn = sqlite3.connect(hot, check_same_thread=False, isolation_level=None)
-            # quick_check reads every page: most of a large store's open time (measured: 0.76 of 1.0 s
-            # at 100k MAUs, about a minute at 1M); above the limit only the schema is read, and
-            # damaged pages surface as StoreCorruptError when they are read
-            check = conn.execute("PRAGMA quick_check" if hot.stat().st_size <= QUICK_CHECK_MAX_BYTES
-                                 else "SELECT 'ok' FROM sqlite_master LIMIT 1").fetchone()
-            if check is None or check[0] != "ok":
-                raise sqlite3.DatabaseError(check[0] if check else "empty schema")
-            if not read_only:
-                conn.executescript(_SCHEMA)
-            count, top = conn.execute("SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM maus").fetchone()
-        except sqlite3.DatabaseError as exc:
-            raise StoreCorruptError(f"corrupt hot tier {hot}: {exc}") from exc
-        if count != top:
-            raise StoreCorruptError(f"{hot}: MAU sequence has gaps ({count} rows, last seq {top}); re-ingest the data")
-        store = cls(path, manifest, conn, read_only)
+        hot, count = HotTier.open(path, read_only)
+        store = cls(path, manifest, hot, read_only)
         try:
             store._load_records(count)
             if not read_only:
                 store._backfill_scope()
-            store._load_or_catch_up_dense()
+            store.dense, store._saved_dense = load_dense(path, manifest, hot, count, store.dim, store.index_cfg)
             store._open_tantivy()
         except sqlite3.DatabaseError as exc:
-            raise StoreCorruptError(f"corrupt hot tier {hot}: {exc}") from exc
+            raise StoreCorruptError(f"corrupt hot tier {path / HOT}: {exc}") from exc
         return store
 
     def _load_records(self, count: int) -> None:
@@ -220,145 +136,85 @@ class MemoryStore:
         if count > self.index_cfg.lazy_records_above:
             self.maus = [None] * count  # type: ignore[list-item]  # only its length, for _go_lazy
             self._go_lazy()
-            self._active = np.ones(count, bool)
-            if self._has_table("mau_scope"):
-                archived = [r[0] - 1 for r in self._conn.execute("SELECT seq FROM mau_scope WHERE archived = 1")]
-                self._active[archived] = False
+            self._set_active(np.ones(count, bool))
+            if self.hot.has_table("mau_scope"):
+                self._active[self.hot.archived_positions()] = False
             return
-        rows = self._conn.execute("SELECT id, record, embedding FROM maus ORDER BY seq").fetchall()
-        for i, (mid, record, blob) in enumerate(rows):
-            try:
-                m = mau_from_json(record)
-            except (json.JSONDecodeError, KeyError, ValueError) as exc:
-                raise StoreCorruptError(f"corrupt MAU record {mid!r} in {self.path / HOT}: {exc}") from exc
-            vec = np.frombuffer(blob, dtype=np.float32)
-            if vec.shape[0] != self.dim:
-                raise StoreCorruptError(f"MAU {mid!r} in {self.path / HOT} has a {vec.shape[0]}-d embedding, store is {self.dim}-d")
-            m.embedding = vec
-            self.positions[m.id] = i
-            self.maus.append(m)
-        self._active = np.array([m.status != Status.ARCHIVED for m in self.maus], dtype=bool)
+        self.maus = self.hot.read_all(self.dim)
+        self.positions = {m.id: i for i, m in enumerate(self.maus)}
+        self._set_active(np.array([m.status != Status.ARCHIVED for m in self.maus], dtype=bool))
 
     def _go_lazy(self) -> None:
         lazy = LazyMAUs(self._conn, self._read_lock, len(self.maus), self.index_cfg.record_cache)
         self.maus, self.positions = lazy, LazyPositions(self._conn, self._read_lock, lazy)
 
-    def _has_table(self, name: str) -> bool:
-        return self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone() is not None
-
     def _backfill_scope(self) -> None:
         """Scope rows for MAUs written before issue #16 (or by nothing else): one transaction."""
-        have = self._conn.execute("SELECT COUNT(*) FROM mau_scope").fetchone()[0]
+        have = self.hot.scope_count()
         if have == len(self.maus):
             return
         log.info("store %s: building the scope table for %d MAUs", self.path, len(self.maus) - have)
-        rows = [_scope_row(i + 1, m) for i, m in enumerate(self.maus)]
-        self._transaction([("INSERT OR REPLACE INTO mau_scope VALUES (?, ?, ?, ?, ?, ?)", rows)])
-
-    def _rows_from(self, start: int, chunk: int = 20_000) -> Iterable[tuple[int, np.ndarray]]:
-        """(first position, vectors) chunks of the hot tier's embeddings from ``start`` on."""
-        n = len(self.maus)
-        for lo in range(start, n, chunk):
-            with self._read_lock:
-                blobs = self._conn.execute("SELECT embedding FROM maus WHERE seq > ? AND seq <= ? ORDER BY seq",
-                                           (lo, min(lo + chunk, n))).fetchall()
-            vecs = np.frombuffer(b"".join(b[0] for b in blobs), dtype=np.float32)
-            if vecs.size != len(blobs) * self.dim:
-                raise StoreCorruptError(f"{self.path / HOT}: an embedding is not {self.dim}-d")
-            yield lo, vecs.reshape(len(blobs), self.dim)
-
-    def _load_or_catch_up_dense(self) -> None:
-        info = self.manifest.get("indices", {}).get("dense")
-        fpath = self.path / DENSE
-        n = len(self.maus)
-        self.dense = DenseIndex(self.dim, self.index_cfg)
-        if info and fpath.exists() and 0 < int(info.get("count", -1)) <= n:
-            try:
-                loaded = DenseIndex.read(fpath, self.dim, self.index_cfg)
-                if len(loaded) == info["count"]:
-                    self.dense = loaded
-                else:
-                    log.warning("dense index %s holds %d vectors, manifest says %s; rebuilding", fpath, len(loaded), info["count"])
-            except Exception as exc:  # a damaged snapshot is rebuilt, not fatal
-                log.warning("dense index %s unreadable (%s); rebuilding from hot tier", fpath, exc)
-        elif n:
-            log.info("dense index stale or missing (%s); rebuilding from hot tier", fpath)
-        self._saved_dense = len(self.dense)
-        for _, vecs in self._rows_from(len(self.dense)):
-            self.dense.add(vecs)
+        rows = [scope_row(i + 1, m) for i, m in enumerate(self.maus)]
+        self.hot.transaction([(UPSERT_SCOPE, rows)])
 
     def _open_tantivy(self) -> None:
-        """Open the durable BM25 index and add what it lacks (rows after its last commit, and
-        rows whose text changed in a batch it did not commit). A damaged index is rebuilt."""
-        if not self.index_cfg.sparse_incremental:
-            return
-        tpath = self.path / TANTIVY
-        if self.read_only and not tpath.exists():
-            return
-        try:
-            self._tantivy = TantivyIndex(tpath, writable=not self.read_only)
-        except (ValueError, OSError) as exc:
-            if self.read_only:
-                log.warning("sparse index %s unreadable (%s); using the in-memory BM25", tpath, exc)
-                return
-            log.warning("sparse index %s unreadable (%s); rebuilding from hot tier", tpath, exc)
-            shutil.rmtree(tpath, ignore_errors=True)
-            self._tantivy = TantivyIndex(tpath)
-        lag = len(self.maus) - self._tantivy.indexed_upto()
-        todo = [] if self.read_only else [r[0] - 1 for r in self._conn.execute("SELECT seq FROM sparse_todo")]
-        if self.read_only:
-            if lag:  # cannot write here: the in-memory BM25 answers until a read-write open catches up
-                log.warning("sparse index %s lags %d MAUs; read-only, so the in-memory BM25 answers", tpath, lag)
-                self._tantivy = None
-            return
-        if todo:
-            self._tantivy.delete(todo, commit=False)
-        start = self._tantivy.indexed_upto()
-        redo = [p for p in todo if p < start]
-        self._tantivy.add([_indexed_text(p, self.maus[p], self._own_text) for p in redo], commit=False)
-        for lo in range(start, len(self.maus), 20_000):
-            batch = self.maus[lo: lo + 20_000]
-            self._tantivy.add([_indexed_text(lo + i, m, self._own_text) for i, m in enumerate(batch)], commit=False)
-        self._tantivy.commit()
-        if todo:
-            self._transaction([("DELETE FROM sparse_todo", [()])])
+        if self.index_cfg.sparse_incremental:
+            self._tantivy = open_tantivy(self.path, self.hot, self.maus, self._own_text, self.read_only)
+
+    def _set_active(self, flags: np.ndarray) -> None:
+        self._active_buf = flags
+        self._active = flags
+
+    def _extend_active(self, flags: list[bool]) -> None:
+        n, need = len(self._active), len(self._active) + len(flags)
+        if need > len(self._active_buf):
+            grown = np.ones(max(need, 2 * len(self._active_buf), 1024), bool)
+            grown[:n] = self._active
+            self._active_buf = grown
+        self._active_buf[n:need] = flags
+        self._active = self._active_buf[:need]
 
     # ----------------------------------------------------------------- writes
     def _check_writable(self) -> None:
         if self.read_only:
             raise StoreReadOnlyError(f"store {self.path} was opened read-only")
 
+    def _check_new(self, maus: Sequence[MAU]) -> np.ndarray:
+        """The batch's vectors, after refusing duplicate ids and missing embeddings (before any write).
+        Ids already in a lazily loaded store are refused by the hot tier's unique index instead."""
+        seen: set[str] = set()
+        known = self.positions if isinstance(self.positions, dict) else {}
+        for m in maus:
+            if m.id in seen or m.id in known:
+                raise DuplicateIdError(f"duplicate MAU id {m.id!r} in store {self.path}")
+            seen.add(m.id)
+            if m.embedding is None or np.asarray(m.embedding).shape != (self.dim,):
+                raise StoreError(f"MAU {m.id!r} has no {self.dim}-d embedding")
+        return np.stack([np.asarray(m.embedding, np.float32) for m in maus])
+
     def add(self, maus: Sequence[MAU]) -> None:
         """Append MAUs (with embeddings) in one transaction; the indices take the batch after it."""
         self._check_writable()
         if not maus:
             return
-        seen: set[str] = set()
-        for m in maus:
-            if m.id in seen or m.id in self.positions:
-                raise DuplicateIdError(f"duplicate MAU id {m.id!r} in store {self.path}")
-            seen.add(m.id)
-            if m.embedding is None or np.asarray(m.embedding).shape != (self.dim,):
-                raise StoreError(f"MAU {m.id!r} has no {self.dim}-d embedding")
-        vecs = np.stack([np.asarray(m.embedding, np.float32) for m in maus])
-        rows = [(m.id, _encodable_record(m), vecs[i].tobytes()) for i, m in enumerate(maus)]
+        vecs = self._check_new(maus)
+        rows = [(m.id, encodable_record(m), vecs[i].tobytes()) for i, m in enumerate(maus)]
+        fields = [scope_fields(m) for m in maus]
         with self._write_lock:
             base = len(self.maus)
-            fields = [scope_fields(m) for m in maus]
-            scope = [_scope_row(base + i + 1, m, f) for i, (m, f) in enumerate(zip(maus, fields))]
-            self._transaction([("INSERT INTO maus (id, record, embedding) VALUES (?, ?, ?)", rows),
-                               ("INSERT OR REPLACE INTO mau_scope VALUES (?, ?, ?, ?, ?, ?)", scope)])
+            self.hot.append(rows, scope_rows(base + 1, maus, fields))
             for i, m in enumerate(maus):
                 m.embedding = vecs[i]
                 self.positions[m.id] = base + i
                 self.maus.append(m)
-            self._active = np.concatenate([self._active, [m.status != Status.ARCHIVED for m in maus]])
+            self._extend_active([m.status != Status.ARCHIVED for m in maus])
             if isinstance(self.maus, list) and len(self.maus) > self.index_cfg.lazy_records_above:
                 self._go_lazy()  # a growing store stops holding every record in memory
             self.dense.add(vecs)
             if self._tantivy is not None:
-                self._tantivy.add([_indexed_text(base + i, m, self._own_text, f)
-                                   for i, (m, f) in enumerate(zip(maus, fields))])
+                self._tantivy.add([indexed_text(base + i, m, self._own_text, f)
+                                   for i, (m, f) in enumerate(zip(maus, fields))], commit=False)
+                self._commit_sparse(due_only=True)
             self._invalidate_sparse()
             if len(self.dense) - self._saved_dense >= self.index_cfg.dense_snapshot_every:
                 self._snapshot()  # bounds what a crash makes the next open re-add
@@ -370,67 +226,60 @@ class MemoryStore:
         for m in maus:
             if m.id not in self.positions:
                 raise StoreError(f"cannot update unknown MAU {m.id!r}")
-        rows = [(_encodable_record(m), m.id) for m in maus]
+        rows = [(encodable_record(m), m.id) for m in maus]
         pos = [self.positions[m.id] for m in maus]
-        scope = [_scope_row(p + 1, m) for p, m in zip(pos, maus)]
+        scope = [scope_row(p + 1, m) for p, m in zip(pos, maus)]
         todo = [(p + 1,) for p in pos] if self._tantivy is not None else []
         with self._write_lock:
-            self._transaction([("UPDATE maus SET record = ? WHERE id = ?", rows),
-                               ("INSERT OR REPLACE INTO mau_scope VALUES (?, ?, ?, ?, ?, ?)", scope),
-                               ("INSERT OR IGNORE INTO sparse_todo VALUES (?)", todo)])
+            self.hot.transaction([("UPDATE maus SET record = ? WHERE id = ?", rows), (UPSERT_SCOPE, scope),
+                                  ("INSERT OR IGNORE INTO sparse_todo VALUES (?)", todo)])
             for p, m in zip(pos, maus):
                 self.maus[p] = m
                 self._active[p] = m.status != Status.ARCHIVED
-            if self._tantivy is not None:
+            if self._tantivy is not None:  # sparse_todo names the rows until they are committed
                 self._tantivy.delete(pos, commit=False)
-                self._tantivy.add([_indexed_text(p, m, self._own_text) for p, m in zip(pos, maus)])
-                self._transaction([("DELETE FROM sparse_todo", [()])])
+                self._tantivy.add([indexed_text(p, m, self._own_text) for p, m in zip(pos, maus)], commit=False)
+                self._sparse_todo = True
+                self._commit_sparse(due_only=True)
             self._invalidate_sparse()
 
-    def _transaction(self, statements: Sequence[tuple[str, list[tuple]]]) -> None:
-        """Run statements over their rows in one transaction; on any failure roll back,
-        so a failed write never leaves the connection inside a transaction."""
-        try:
-            with self._read_lock:
-                self._conn.execute("BEGIN IMMEDIATE")
-                for sql, rows in statements:
-                    if rows:
-                        self._conn.executemany(sql, rows)
-                self._conn.execute("COMMIT")
-        except BaseException as exc:
-            if self._conn.in_transaction:
-                self._conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise StoreError(f"cannot write to {self.path / HOT}: {exc}") from exc
-            raise
+    def _commit_sparse(self, due_only: bool = False) -> None:
+        """Commit the durable BM25 index (``due_only``: once ``index.sparse_commit_every`` changes wait,
+        which bounds what a crash makes the next open redo), then forget the rows it had to redo."""
+        tv = self._tantivy
+        if tv is None or (due_only and tv.pending < self.index_cfg.sparse_commit_every):
+            return
+        tv.flush()
+        if self._sparse_todo:
+            self.hot.transaction([("DELETE FROM sparse_todo", [()])])
+            self._sparse_todo = False
 
     def _snapshot(self) -> None:
         """Write the dense index beside its final name, then rename it in and record it."""
-        tmp = self.path / f".{DENSE}.tmp"
-        self.dense.write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path / DENSE)
+        size = write_dense(self.path, self.dense)
         self._saved_dense = len(self.dense)
         self.manifest["count"] = len(self.maus)
         self.manifest["saved"] = datetime.now(timezone.utc).isoformat()
         self.manifest["indices"] = {
-            "dense": {"file": DENSE, "count": len(self.dense), "kind": self.dense.kind,
-                      "bytes": (self.path / DENSE).stat().st_size},
+            "dense": {"file": DENSE, "count": len(self.dense), "kind": self.dense.kind, "bytes": size},
             "sparse": {"file": TANTIVY if self._tantivy is not None else None, "backend": self.sparse_backend},
         }
         atomic_write_json(self.path / MANIFEST, self.manifest)
 
     def save(self) -> None:
-        """Snapshot the dense index and the manifest (the hot tier and tantivy are already durable)."""
+        """Snapshot the dense index and the manifest, and commit the sparse index (the hot tier is durable)."""
         self._check_writable()
         with self._write_lock:
+            self._commit_sparse()
             self._snapshot()
 
     def close(self) -> None:
         if self._tantivy is not None:
+            if not self.read_only:
+                with self._write_lock:
+                    self._commit_sparse()
             self._tantivy.close()
-        self._conn.close()
+        self.hot.close()
 
     # ----------------------------------------------------------------- reads
     def __len__(self) -> int:
@@ -460,32 +309,11 @@ class MemoryStore:
         """Session id -> id of its last MAU (to link the next turn of a session)."""
         if isinstance(self.maus, list):
             return {m.session_id: m.id for m in self.maus if m.session_id}
-        with self._read_lock:
-            rows = self._conn.execute(
-                "SELECT s.session, m.id FROM (SELECT session, MAX(seq) AS seq FROM mau_scope "
-                "WHERE session IS NOT NULL GROUP BY session) s JOIN maus m ON m.seq = s.seq").fetchall()
-        return dict(rows)
+        return self.hot.last_in_sessions()
 
     def scope_positions(self, scope: Scope) -> np.ndarray:
         """Positions of the MAUs inside ``scope`` (an indexed query on the hot tier's scope table)."""
-        where, args = [], []
-        for col, val in (("user", scope.user), ("conversation", scope.conversation)):
-            if val is not None:
-                where.append(f"{col} = ?")
-                args.append(val)
-        lo, hi = scope.bounds()
-        if lo is not None:
-            where.append("ts >= ?")
-            args.append(lo)
-        if hi is not None:
-            where.append("ts <= ?")
-            args.append(hi)
-        sql = "SELECT seq - 1 FROM mau_scope" + (" WHERE " + " AND ".join(where) if where else "")
-        with self._read_lock:
-            if self._conn.execute("SELECT COUNT(*) FROM mau_scope").fetchone()[0] < len(self.maus):
-                raise StoreError(f"store {self.path} predates scoped queries: open it read-write once to index its scopes")
-            found = np.fromiter((r[0] for r in self._conn.execute(sql, args)), dtype=np.int64)
-        return found[found < len(self.maus)]
+        return self.hot.scope_positions(scope, len(self.maus))
 
     def search_dense(self, query_vec: np.ndarray, k: int, scope: Scope | None = None) -> list[tuple[int, float]]:
         ids = None if scope is None or scope.is_empty() else self.scope_positions(scope)
@@ -524,6 +352,7 @@ class MemoryStore:
         differently never swap each other's index. Safe under concurrent readers."""
         key = (backend or self.sparse_backend, fields or self.sparse_fields, index_fields or self.sparse_index_text)
         if self.is_own_sparse(*key) and self._tantivy is not None and len(self.maus) > self.index_cfg.sparse_exact_max:
+            self._tantivy.flush()  # every added MAU is searchable
             return self._tantivy
         with self._sparse_lock:
             idx = self._sparse.get(key)

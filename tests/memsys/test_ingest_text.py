@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import random
+from collections import deque
 from datetime import datetime
 
 import pytest
 
+from benchmarks.datasets.locomo import load_locomo
 from harness.errors import DuplicateIdError, InputError, MemsysError
 from memsys.config import IngestConfig, MemoryConfig, TextNoveltyConfig
 from memsys.ingest.text import IngestReport, build_text_maus, turn_text, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate, jaccard, word_set
 from memsys.memory import Memory
-from memsys.records import Link, LinkKind, Turn
+from memsys.records import IngestDecision, Link, LinkKind, Turn
 from memsys.store.cold import ColdStore
 
 SESSION_1 = datetime(2023, 5, 8, 13, 56)  # a Monday
@@ -53,6 +56,79 @@ def test_gate_window_disable_and_seed():
     seeded = TextNoveltyGate(TextNoveltyConfig())
     seeded.seed(["Caroline went to the support group"])
     assert not seeded.check("Caroline went to the support group").accepted
+
+
+class PairwiseGate:
+    """The rule as first written (before issue #16): one Jaccard per window entry, best of them."""
+
+    def __init__(self, cfg: TextNoveltyConfig):
+        self.cfg, self.recent = cfg, deque(maxlen=max(cfg.window, 1))
+
+    def seed(self, texts):
+        for t in texts[-self.cfg.window:]:
+            self.recent.append(word_set(t))
+
+    def check(self, text):
+        words = word_set(text)
+        if not self.cfg.enabled:
+            return IngestDecision(True, "novel", 0.0, "gate disabled")
+        if len(words) < self.cfg.min_words:
+            return IngestDecision(False, "empty", 0.0, "no words")
+        best = max((jaccard(words, r) for r in self.recent), default=0.0)
+        if best > self.cfg.reject_above:
+            return IngestDecision(False, "redundant", best, f"overlap {best:.2f} > {self.cfg.reject_above}")
+        self.recent.append(words)
+        if best > self.cfg.uncertain_above:
+            return IngestDecision(True, "uncertain", best, f"overlap {best:.2f} > {self.cfg.uncertain_above}")
+        return IngestDecision(True, "novel", best)
+
+
+def _same_decisions(texts, cfg, seed=()):
+    fast, ref = TextNoveltyGate(cfg), PairwiseGate(cfg)
+    fast.seed(list(seed))
+    ref.seed(list(seed))
+    got, want = [fast.check(t) for t in texts], [ref.check(t) for t in texts]
+    assert got == want  # verdict, score (to the last bit) and reason of every item
+    return want
+
+
+def test_word_set_lowers_like_the_rule_on_non_ascii_text():
+    # lowering "İ" makes two characters, one of them not a word character: words are found first
+    assert word_set("İstanbul ÉCOLE straße") == frozenset({"i̇stanbul", "école", "straße"})
+    assert word_set("Snake_case 42 x") == frozenset({"snake_case", "42", "x"})
+
+
+def test_fast_gate_decides_as_the_pairwise_rule_on_locomo_turns():
+    turns = [turn_text(t) for c in load_locomo().conversations for s in c.sessions for t in s.turns]
+    assert len(turns) > 5000
+    for cfg in (TextNoveltyConfig(), TextNoveltyConfig(reject_above=0.3, uncertain_above=0.2),
+                TextNoveltyConfig(window=100, reject_above=0.45, uncertain_above=0.3)):
+        decisions = _same_decisions(turns, cfg)
+        assert any(not d.accepted for d in decisions) and any(d.verdict == "uncertain" for d in decisions)
+
+
+@pytest.mark.parametrize("window, min_words", [(1, 1), (3, 1), (50, 1), (64, 1), (65, 0), (130, 0)])
+def test_fast_gate_decides_as_the_pairwise_rule_on_a_repetitive_stream(window, min_words):
+    rng = random.Random(window)
+    vocab = [f"w{i}" for i in range(40)]
+    pool = [" ".join(rng.choices(vocab, k=rng.randint(1, 12))) for _ in range(60)]
+    texts = []
+    for _ in range(3000):  # repeats, near-repeats, word-free texts and new texts
+        r = rng.random()
+        base = rng.choice(pool)
+        if r < 0.3:
+            texts.append(base)
+        elif r < 0.6:
+            words = base.split()
+            words[rng.randrange(len(words))] = rng.choice(vocab)
+            texts.append(" ".join(words).upper() if r < 0.45 else " ".join(words))
+        elif r < 0.65:
+            texts.append("?! ...")
+        else:
+            texts.append(" ".join(rng.choices(vocab, k=rng.randint(1, 12))))
+    cfg = TextNoveltyConfig(window=window, min_words=min_words)
+    decisions = _same_decisions(texts, cfg, seed=["w1 w2", "", "w3"])
+    assert {d.verdict for d in decisions} >= {"novel", "uncertain", "redundant"}
 
 
 # ------------------------------------------------------------------ turn validation

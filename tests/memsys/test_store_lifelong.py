@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from memsys.config import IndexConfig
+from memsys.errors import DuplicateIdError
 from memsys.index.scope import Scope, in_scope, scope_fields
 from memsys.records import MAU, Status
 from memsys.store import MemoryStore
@@ -143,6 +144,112 @@ def test_archived_status_and_lazy_records_survive_reopen(tmp_path):
     assert store.get("m7").status == Status.ARCHIVED and not store.active_mask()[7]
     assert store.maus[-1].id == "m1999" and [x.id for x in store.maus[10:13]] == ["m10", "m11", "m12"]
     assert store.last_in_sessions()["s0"] == "m1960"
+    store.close()
+
+
+def _hot_rows(store: MemoryStore) -> list[tuple]:
+    conn = store.hot_connection()
+    return (conn.execute("SELECT seq, id, record, embedding FROM maus ORDER BY seq").fetchall()
+            + conn.execute("SELECT * FROM mau_scope ORDER BY seq").fetchall())
+
+
+def test_batch_add_equals_one_by_one_add(tmp_path):
+    """What is stored and found does not depend on how the MAUs were batched (issue #16's batching)."""
+    small = {**SMALL, "sparse_commit_every": 700}
+    stores = []
+    for name, batch in (("one", 1), ("some", 97), ("all", 2000)):
+        store = MemoryStore.create(tmp_path / name, embedder_name="random", dim=DIM, index=IndexConfig(dense_ann="ivf", **small))
+        maus = make_maus(2000, seed=4)
+        for start in range(0, len(maus), batch):
+            store.add(maus[start:start + batch])
+        stores.append(store)
+    one = stores[0]
+    qv = vectors(30, seed=8)
+    for other in stores[1:]:
+        assert _hot_rows(other) == _hot_rows(one)
+        assert other.dense.kind == one.dense.kind == "ivf"
+        np.testing.assert_array_equal(other.embeddings, one.embeddings)
+        assert other.active_mask().tolist() == one.active_mask().tolist() == [True] * 2000
+        for i in range(30):
+            query = " ".join(random.Random(i).choices(WORDS, k=3))
+            assert other.search_sparse(query, 20) == one.search_sparse(query, 20)
+            assert other.search_sparse(query, 20, Scope(user="u3")) == one.search_sparse(query, 20, Scope(user="u3"))
+            assert other.search_dense(qv[i], 10) == one.search_dense(qv[i], 10)
+    for store in stores:
+        store.close()
+
+
+def test_sparse_commits_are_deferred_but_every_add_is_searchable(tmp_path):
+    store = build(tmp_path / "s", make_maus(1200, seed=6), 100, "none")  # sparse_commit_every: default 20k
+    tv = store._tantivy
+    assert tv.pending == 1200  # nothing committed yet ...
+    assert 1199 in {p for p, _ in store.search_sparse("w1199", 5)}  # ... yet a read sees every add
+    assert tv.pending == 0 and tv.indexed_upto() == 1200
+    store.close()
+    store = MemoryStore.create(tmp_path / "t", embedder_name="random", dim=DIM,
+                               index=IndexConfig(dense_ann="none", **{**SMALL, "sparse_commit_every": 500}))
+    for start in range(0, 1200, 100):
+        store.add(make_maus(1200, seed=6)[start:start + 100])
+        assert store._tantivy.pending == (start + 100) % 500
+    store.close()
+
+
+def test_an_update_replaces_the_bm25_document_of_its_mau(tmp_path):
+    store = build(tmp_path / "s", make_maus(600), 200, "none")
+    m = store.get("m5")
+    m.summary = "zzzrewritten text"
+    store.update([m])
+    assert [p for p, _ in store.search_sparse("zzzrewritten", 5)] == [5]
+    assert 5 not in {p for p, _ in store.search_sparse("w5", 600)}  # the old document is gone
+    assert len(store.sparse()) == 600
+    store.close()
+
+
+UPDATE_THEN_DIE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from memsys.config import IndexConfig
+    from memsys.store import MemoryStore
+    from tests.memsys.test_store_lifelong import DIM, SMALL, make_maus
+
+    store = MemoryStore.create(Path(sys.argv[1]), embedder_name="random", dim=DIM, index=IndexConfig(**SMALL))
+    store.add(make_maus(500))
+    store.save()  # committed: the 500 MAUs as first written
+    m = store.get("m5")
+    m.summary = "zzzrewritten text"
+    store.update([m])  # its BM25 document waits for a commit that never comes
+    store.add(make_maus(600)[500:])
+    os._exit(0)
+    """
+)
+
+
+def test_updates_and_adds_left_uncommitted_by_a_dead_writer_are_redone_on_open(tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(UPDATE_THEN_DIE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, str(script), str(tmp_path / "s")], env=env, check=True, timeout=300)
+    store = MemoryStore.open(tmp_path / "s")
+    assert len(store) == 600 and store._tantivy.indexed_upto() == 600
+    assert [p for p, _ in store.search_sparse("zzzrewritten", 5)] == [5]
+    assert 5 not in {p for p, _ in store.search_sparse("w5", 600)}
+    assert 599 in {p for p, _ in store.search_sparse("w599", 5)}
+    assert store.hot_connection().execute("SELECT COUNT(*) FROM sparse_todo").fetchone()[0] == 0
+    store.close()
+
+
+def test_duplicate_id_in_a_lazy_store_is_refused_whole(tmp_path):
+    maus = make_maus(2000, seed=2)
+    store = build(tmp_path / "s", maus[:1800], 600, "none")
+    assert not isinstance(store.positions, dict)  # lazy: the hot tier's unique index answers
+    before = _hot_rows(store)
+    batch = maus[1800:1900] + [make_maus(20, seed=2)[17]]  # "m17" is stored already
+    with pytest.raises(DuplicateIdError, match="'m17'"):
+        store.add(batch)
+    assert _hot_rows(store) == before and len(store) == 1800 and len(store.dense) == 1800
+    store.add(maus[1800:])  # the store goes on as if the failed batch never came
+    assert len(store) == 2000 and store.get("m1999").summary == maus[1999].summary
     store.close()
 
 
