@@ -214,6 +214,11 @@ def materialize(content: Content, cache_root: Path) -> Path:
 Exact = dict[str, str]
 
 
+def _longest_first(moves: dict[str, str]) -> list[tuple[str, str]]:
+    """Prefix moves, longest prefix first (a moved folder inside a moved folder wins)."""
+    return sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)
+
+
 def _rebase_one(value: str, mapping: list[tuple[str, str]], exact: Exact | None = None) -> str:
     if exact and value in exact:
         return exact[value]
@@ -242,7 +247,7 @@ def rebase_spec(spec: Any, moves: dict[str, str], exact: Exact | None = None) ->
     """The spec with every path under a moved prefix (or named exactly in ``exact``) rewritten;
     read-only paths missing here (the driver's optional caches) are dropped with the variables
     naming them."""
-    mapping = sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)
+    mapping = _longest_first(moves)
     readonly = [Path(_rebase(str(p), mapping, exact)) for p in spec.readonly]
     missing = [p for p in readonly if not p.exists()]
     env = {k: _rebase(v, mapping, exact) for k, v in spec.env.items()}
@@ -323,12 +328,11 @@ def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | No
         scratch = scratch or cache_root / "tasks" / uuid.uuid4().hex[:16]
         request = scratch / "request" / roots.request.name
         request.parent.mkdir(parents=True)
-        mapping = sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True)
-        request.write_text(json.dumps(_rebase_json(json.loads(needs.request), mapping, exact)), encoding="utf-8")
+        request.write_text(json.dumps(_rebase_json(json.loads(needs.request), _longest_first(moves), exact)), encoding="utf-8")
         moves[str(roots.request)] = str(request)
         spec = rebase_spec(spec, moves, exact)
         spec = dataclasses.replace(spec, readonly=[*spec.readonly, request.parent])
-    answers = Path(_rebase(str(task.answers_path), sorted(moves.items(), key=lambda kv: len(kv[0]), reverse=True), exact))
+    answers = Path(_rebase(str(task.answers_path), _longest_first(moves), exact))
     return Placed(spec, answers, tuple(shipped), scratch)
 
 
