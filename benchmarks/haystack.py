@@ -42,6 +42,7 @@ class HaystackItem:
     timestamp: datetime | None
     source_key: str  # (source conversation, turn id): distractors of one source turn share it
     planted: bool
+    speaker: str = ""  # the (renamed) speaker, as a memory records it apart from the text
 
 
 def _turn_text(speaker: str, text: str, caption: str | None) -> str:
@@ -58,7 +59,7 @@ def _source_turns(conv: Conversation) -> list[tuple[str, str, str, str | None, d
 def planted_items(conv: Conversation) -> list[HaystackItem]:
     """The planted conversation as it is stored alone (same text, ids and scope as in the stream)."""
     return [HaystackItem(f"planted/{tid}", _turn_text(spk, text, cap), "planted", conv.id, ts,
-                         f"{conv.id}/{tid}", True)
+                         f"{conv.id}/{tid}", True, spk)
             for tid, spk, text, cap, ts in _source_turns(conv)]
 
 
@@ -78,7 +79,7 @@ def _distractor_copy(conv: Conversation, copy: int, rng: random.Random) -> Itera
     for tid, spk, text, cap, ts in _source_turns(conv):
         renamed = pattern.sub(lambda m: mapping[m.group(1)], text) if pattern else text
         yield HaystackItem(f"{cid}/{tid}", _turn_text(mapping.get(spk, spk), renamed, cap), user, cid,
-                           ts + shift if ts else None, f"{conv.id}/{tid}", False)
+                           ts + shift if ts else None, f"{conv.id}/{tid}", False, mapping.get(spk, spk))
 
 
 def distractor_sources(benchmarks: Sequence[Benchmark], planted_id: str) -> list[Conversation]:

@@ -99,10 +99,13 @@ class RayConfig:
     # auto (on nodes other than the driver's) | always | never (every node must see the gateway's socket)
     gateway_relay: str = "auto"
     node_cache: str | None = None  # where a node keeps shipped content; None: <tmp>/memsys-node-cache on the node
+    node_cache_keep: int = 32  # shipped trees a node keeps besides those in use; older ones are removed
 
     def __post_init__(self) -> None:
-        if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1):
-            raise ConfigError("research.ray: cpus_per_eval must be > 0, max_retries >= 0, num_cpus >= 1")
+        if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1) \
+                or self.node_cache_keep < 0:
+            raise ConfigError("research.ray: cpus_per_eval must be > 0, max_retries >= 0, num_cpus >= 1, "
+                              "node_cache_keep >= 0")
         for name, value in (("ship", self.ship), ("gateway_relay", self.gateway_relay)):
             if value not in RAY_MODES:
                 raise ConfigError(f"research.ray.{name} must be {' | '.join(RAY_MODES)}, got {value!r}")

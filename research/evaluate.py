@@ -410,7 +410,8 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> An
     return LLMGateway(str(llm.base_url), socket_path=socket_dir / "llm.sock", api_key=key, model=cfg.model,
                       budget=budget, price_input_per_1m=cfg.price_input_per_1m,
                       price_output_per_1m=cfg.price_output_per_1m, cache=cache,
-                      cache_tag=getattr(llm, "cache_tag", None))
+                      cache_tag=getattr(llm, "cache_tag", None),
+                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai")
 
 
 def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:

@@ -104,7 +104,7 @@ class RayExecutor:
         self._cfg = cfg
         self._remote = ray.remote(run_on_node).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
         self._placed = ray.remote(run_on_node_placed).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
-        self._shipments = Shipments(cfg.ship, cfg.node_cache)
+        self._shipments = Shipments(cfg.ship, cfg.node_cache, cache_keep=cfg.node_cache_keep)
         self._bridges: dict[str, Any] = {}  # gateway socket -> research.relay.GatewayBridge
         self._bridge_lock = threading.Lock()
 

@@ -71,12 +71,15 @@ from urllib.parse import urlsplit
 from memsys.errors import BudgetExceededError, ConfigError
 from memsys.llm.budget import Budget, Reservation, cost_usd
 from memsys.llm.cache import ResponseCache, request_key
+from memsys.llm.structured import to_llama_cpp_format
 from memsys.tokens import count_message_tokens, count_tokens
 
 log = logging.getLogger(__name__)
 
 #: joins the model name in cache keys: reader replies never share keys with other callers
 CACHE_TAG = "gateway-reader"
+#: what the upstream understands: any OpenAI-protocol endpoint, or the embedded llama.cpp server
+UPSTREAM_DIALECTS = ("openai", "llama_cpp")
 #: max_tokens forwarded (and reserved) when a request names none: the worst case must be bounded
 DEFAULT_MAX_TOKENS = 1024
 #: a connection idle (or stalled mid-request) this long is closed
@@ -354,9 +357,17 @@ class LLMGateway:
         max_request_bytes: int = 4 << 20,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         cache_tag: str | None = None,
+        upstream_dialect: str = "openai",
     ) -> None:
         """``cache_tag`` (e.g. the local GGUF's identity) joins the cache namespace, so two
-        weight files served under one model name never share replies."""
+        weight files served under one model name never share replies. ``upstream_dialect``
+        "llama_cpp": the upstream is the embedded llama-cpp-python server, which rejects the
+        OpenAI ``json_schema`` response format; the child speaks OpenAI whatever the upstream
+        (it cannot know), so the gateway rewrites that one field on the wire (the cache key keeps
+        the child's form, as the direct client's does)."""
+        if upstream_dialect not in UPSTREAM_DIALECTS:
+            raise ConfigError(f"LLMGateway upstream_dialect must be {' | '.join(UPSTREAM_DIALECTS)}, "
+                              f"got {upstream_dialect!r}")
         if not model:
             raise ConfigError("LLMGateway needs the model name to force on every request")
         parts = urlsplit(upstream_base_url)
@@ -379,6 +390,7 @@ class LLMGateway:
         self.timeout_s = timeout_s
         self.max_request_bytes = max_request_bytes
         self.default_max_tokens = default_max_tokens
+        self.upstream_dialect = upstream_dialect
         self._cache_model = f"{model}@{CACHE_TAG}" + (f":{cache_tag}" if cache_tag else "")
         self.__api_key = api_key or ""
         self._chat_url = f"{self.upstream_base_url}/chat/completions"
@@ -575,6 +587,8 @@ class LLMGateway:
                    "User-Agent": "memsys-llm-gateway"}
         if self.__api_key:
             headers["Authorization"] = f"Bearer {self.__api_key}"
+        if self.upstream_dialect == "llama_cpp" and isinstance(body.get("response_format"), dict):
+            body = {**body, "response_format": to_llama_cpp_format(body["response_format"])}
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
         self._counters.add(forwarded=1)
         started = time.perf_counter()

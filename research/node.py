@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from research.node_cache import Hold, hold, prune, touch
+
 SHIP_MODES = ("auto", "always", "never")
 #: folders never mounted for their content (bytecode the sandbox rewrites as it pleases)
 _SKIPPED_DIRS = {"__pycache__"}
@@ -119,6 +121,7 @@ class NodeNeeds:
     request: bytes  # the request file's bytes (its paths are rewritten when the spec's are)
     ship: str = "auto"
     cache_root: str | None = None  # the node's cache folder; None: <tmp>/memsys-node-cache
+    cache_keep: int = 32  # shipped trees a node keeps beyond those in use (research.node_cache.prune)
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,11 @@ class Placed:
     answers_path: Path
     shipped: tuple[str, ...]
     scratch: Path | None  # the per-task folder made on this node (removed after the run)
+    holds: tuple[Hold, ...] = ()  # the cache entries this task uses, held until its sandbox is done
+
+    def release(self) -> None:
+        for h in self.holds:
+            h.release()
 
 
 # ---------------------------------------------------------------------------- digests and bundles
@@ -182,10 +190,16 @@ def _unpack(data: bytes, dest: Path) -> None:
         tar.extractall(dest, filter="data")  # no absolute names, no links out of dest, no devices
 
 
+def content_dir(content: Content, cache_root: Path) -> Path:
+    return cache_root / "content" / f"{content.kind}-{content.digest[:24]}"
+
+
 def materialize(content: Content, cache_root: Path) -> Path:
-    """The node's copy of ``content`` under ``cache_root``, fetched, unpacked and verified once per digest."""
-    dest = cache_root / "content" / f"{content.kind}-{content.digest[:24]}"
+    """The node's copy of ``content`` under ``cache_root``, fetched, unpacked and verified once per digest.
+    The caller holds the entry (research.node_cache.hold) so that the pruner leaves it alone."""
+    dest = content_dir(content, cache_root)
     if content_digest(dest, content.names) == content.digest:
+        touch(dest)
         return dest
     import ray
 
@@ -273,9 +287,10 @@ def _environment_here(python: str) -> Environment | None:
     return _ENVIRONMENTS[python]
 
 
-def _content_moves(needs: NodeNeeds, cache_root: Path,
-                   node: str) -> tuple[dict[str, str], Exact, list[str]] | NodeFault:
-    """Prefix moves (each shipped folder or file), exact moves (the shipped roots), what was shipped."""
+def _content_moves(needs: NodeNeeds, cache_root: Path, node: str,
+                   holds: list[Hold]) -> tuple[dict[str, str], Exact, list[str]] | NodeFault:
+    """Prefix moves (each shipped folder or file), exact moves (the shipped roots), what was shipped;
+    each shipped entry is held (appended to ``holds``) before it is checked or unpacked."""
     moves: dict[str, str] = {}
     exact: Exact = {}
     shipped: list[str] = []
@@ -288,6 +303,7 @@ def _content_moves(needs: NodeNeeds, cache_root: Path,
             return NodeFault(f"node {node}: the {content.kind} at {content.path} is {state} and "
                              "research.ray.ship=never")
         try:
+            holds.append(hold(content_dir(content, cache_root)))
             dest = materialize(content, cache_root)
         except Exception as exc:  # noqa: BLE001 - object store, disk, tar: all our side
             return NodeFault(f"node {node}: could not ship the {content.kind}: {type(exc).__name__}: "
@@ -301,15 +317,46 @@ def _content_moves(needs: NodeNeeds, cache_root: Path,
 
 def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | None = None) -> Placed | NodeFault:
     """Check the node against ``needs``; ship what it lacks; the spec as this node runs it.
-    ``relay_dir``: where the gateway relay listens on this node (it stands in for the gateway's folder)."""
-    roots: TaskRoots = task.roots
+    ``relay_dir``: where the gateway relay listens on this node (it stands in for the gateway's folder).
+    The caller runs the sandbox, then calls ``Placed.release`` (after removing the scratch)."""
     spec = task.spec
     if needs.environment is not None:
         differs = needs.environment.differences(_environment_here(spec.argv[0]))
         if differs:
             return NodeFault(f"node {node}: the environment differs from the driver's: {'; '.join(differs)}")
     cache_root = Path(needs.cache_root) if needs.cache_root else default_cache_root()
-    got = _content_moves(needs, cache_root, node)
+    holds: list[Hold] = []
+    try:
+        placed = _place(task, needs, node, relay_dir, cache_root, holds)
+    except BaseException:
+        _release(holds)
+        raise
+    if isinstance(placed, NodeFault):
+        _release(holds)
+        return placed
+    try:
+        prune(cache_root, needs.cache_keep)
+    except OSError:  # housekeeping never fails a task
+        pass
+    return placed
+
+
+def _release(holds: list[Hold]) -> None:
+    for h in holds:
+        h.release()
+
+
+def _new_scratch(cache_root: Path, holds: list[Hold]) -> Path:
+    scratch = cache_root / "tasks" / uuid.uuid4().hex[:16]
+    holds.append(hold(scratch))  # before it exists: the pruner never sees it unheld
+    return scratch
+
+
+def _place(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | None, cache_root: Path,
+           holds: list[Hold]) -> Placed | NodeFault:
+    roots: TaskRoots = task.roots
+    spec = task.spec
+    got = _content_moves(needs, cache_root, node, holds)
     if isinstance(got, NodeFault):
         return got
     moves, exact, shipped = got
@@ -320,12 +367,12 @@ def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | No
                          "research.ray.gateway_relay=never")
     scratch = None
     if not (roots.work / "out").is_dir():  # the driver's evaluation folder is not on this node
-        scratch = cache_root / "tasks" / uuid.uuid4().hex[:16]
+        scratch = _new_scratch(cache_root, holds)
         for sub in ("out", "cache"):
             (scratch / sub).mkdir(parents=True)
         moves[str(roots.work)] = str(scratch)
     if moves or exact:
-        scratch = scratch or cache_root / "tasks" / uuid.uuid4().hex[:16]
+        scratch = scratch or _new_scratch(cache_root, holds)
         request = scratch / "request" / roots.request.name
         request.parent.mkdir(parents=True)
         request.write_text(json.dumps(_rebase_json(json.loads(needs.request), _longest_first(moves), exact)), encoding="utf-8")
@@ -333,7 +380,7 @@ def prepare_on_node(task: Any, needs: NodeNeeds, node: str, relay_dir: Path | No
         spec = rebase_spec(spec, moves, exact)
         spec = dataclasses.replace(spec, readonly=[*spec.readonly, request.parent])
     answers = Path(_rebase(str(task.answers_path), _longest_first(moves), exact))
-    return Placed(spec, answers, tuple(shipped), scratch)
+    return Placed(spec, answers, tuple(shipped), scratch, tuple(holds))
 
 
 # ---------------------------------------------------------------------------- on the driver
@@ -345,10 +392,10 @@ class Shipments:
     The last ``keep`` tarballs stay referenced (a candidate's tree is evaluated several times: screen,
     evaluation, check); older ones are freed by Ray once no task holds them."""
 
-    def __init__(self, ship: str, cache_root: str | None, keep: int = 16) -> None:
+    def __init__(self, ship: str, cache_root: str | None, keep: int = 16, cache_keep: int = 32) -> None:
         if ship not in SHIP_MODES:
             raise ValueError(f"ship must be {' | '.join(SHIP_MODES)}, got {ship!r}")
-        self.ship, self.cache_root, self.keep = ship, cache_root, keep
+        self.ship, self.cache_root, self.keep, self.cache_keep = ship, cache_root, keep, cache_keep
         self._bundles: dict[str, Any] = {}  # digest -> ObjectRef, oldest first
         self._environments: dict[str, Environment | None] = {}
         import threading
@@ -368,7 +415,7 @@ class Shipments:
         public_names = tuple(sorted(p.name for p in roots.public.iterdir() if p.name != request_name))
         return NodeNeeds(self._content("tree", roots.tree, roots.code_dirs),
                          self._content("public", roots.public, public_names),
-                         environment, roots.request.read_bytes(), self.ship, self.cache_root)
+                         environment, roots.request.read_bytes(), self.ship, self.cache_root, self.cache_keep)
 
     def _content(self, kind: str, path: Path, names: tuple[str, ...]) -> Content:
         digest = content_digest(path, names)

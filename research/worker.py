@@ -91,6 +91,7 @@ def run_on_node(task: UntrustedTask, needs: NodeNeeds | None, relay: RelayTarget
         placed = prepare_on_node(task, needs, where, gateway_relay.folder if gateway_relay else None)
         if isinstance(placed, NodeFault):
             return placed
+        stack.callback(placed.release)  # last: the scratch is gone before the pruner may look at it
         if placed.scratch is not None:
             stack.callback(shutil.rmtree, placed.scratch, True)
         out = run_untrusted(replace(task, spec=placed.spec, answers_path=placed.answers_path))

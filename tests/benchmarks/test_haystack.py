@@ -39,6 +39,7 @@ def test_distractors_rename_speakers_and_shift_dates(data):
         conv_id, turn_id = it.source_key.split("/", 1)
         src = by_id[conv_id].turn(turn_id)
         assert not it.text.startswith(f"{src.speaker}:")  # the speaker is renamed
+        assert it.text.startswith(f"{it.speaker}: ") and it.speaker != src.speaker  # and recorded apart
         renamed += src.speaker not in it.text
         if it.timestamp and src.timestamp:
             shifted += it.timestamp != src.timestamp

@@ -187,6 +187,57 @@ def test_budget_refusal_is_a_402_that_never_reaches_upstream(openai_server, make
     assert r.json()["error"]["type"] == "budget_exceeded" and phrase in r.json()["error"]["message"]
 
 
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+
+
+def test_a_llama_cpp_upstream_gets_its_own_json_form_and_replies_keep_one_cache_key(
+    openai_server, make_gateway, routed, tmp_path, monkeypatch
+):
+    """The sandboxed reader speaks OpenAI (json_schema); the embedded llama.cpp server takes only
+    json_object + schema. The gateway rewrites that field on the wire, and the reply is cached under
+    the child's request, so the same request to an OpenAI upstream would find it."""
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        make_gateway(cache=cache, upstream_dialect="llama_cpp")
+        openai_server.enqueue(Reply.ok('{"answer": "7 May 2023"}'))
+        with LLMClient(client_cfg()) as llm:
+            assert llm.chat_json(MESSAGES, SCHEMA) == {"answer": "7 May 2023"}
+            assert llm.chat_json(MESSAGES, SCHEMA) == {"answer": "7 May 2023"}  # from the cache
+        wire = openai_server.chat_requests
+        assert len(wire) == 1 and wire[0]["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    openai_server.enqueue(Reply.ok('{"answer": "x"}'))
+    make_gateway(socket_path=routed.parent / "gw2.sock", upstream_dialect="openai")
+    monkeypatch.setenv(GATEWAY_SOCKET_ENV, str(routed.parent / "gw2.sock"))
+    with LLMClient(client_cfg()) as llm:
+        llm.chat_json(MESSAGES, SCHEMA)
+    assert openai_server.chat_requests[1]["response_format"]["type"] == "json_schema"  # OpenAI's form, untouched
+    with pytest.raises(ConfigError, match="upstream_dialect"):
+        LLMGateway(openai_server.base_url, socket_path=routed, model="m", upstream_dialect="vllm")
+
+
+@pytest.mark.slow
+@pytest.mark.llm
+def test_the_sandboxed_reader_gets_json_from_the_embedded_server_through_the_gateway(sock, monkeypatch):
+    """The real llama.cpp server rejects the OpenAI json_schema form with HTTP 500; through the
+    gateway that evaluations open for llm=local, the reader's structured call succeeds."""
+    from memsys.llm import open_llm
+    from research.evaluate import open_gateway
+
+    monkeypatch.setenv("MEMSYS_MODELS_DIR", str(REPO / "runs" / "cache" / "models"))
+    cfg = LLMConfig(backend="local", max_tokens=32, timeout_s=120)
+    context = "Caroline: I went to the LGBTQ support group yesterday (7 May 2023)."
+    messages = [{"role": "user", "content": f"{context}\nWhen did Caroline go to the support group? Reply in JSON."}]
+    with open_llm(cfg, cache=None) as local:  # the evaluation's side: the server, then its gateway
+        gw = open_gateway(cfg, local, sock.parent).start()
+        monkeypatch.setenv(GATEWAY_SOCKET_ENV, str(sock))  # the sandbox's side: only the socket
+        try:
+            with LLMClient(client_cfg(timeout_s=120)) as reader:
+                data = reader.chat_json(messages, SCHEMA, max_tokens=32)
+        finally:
+            gw.close()
+    assert set(data) == {"answer"} and "may" in data["answer"].lower()
+
+
 def test_cache_hit_skips_upstream_and_is_not_shared_with_other_callers(
     openai_server, make_gateway, routed, tmp_path, monkeypatch
 ):

@@ -23,6 +23,7 @@ from research.node import (
     prepare_on_node,
     rebase_spec,
 )
+from research.node_cache import prune
 from research.worker import UntrustedTask
 from sandbox import SandboxSpec, make_sandbox
 
@@ -129,3 +130,14 @@ def test_a_shipped_tree_moves_only_its_code_folders_and_its_root_by_name(tmp_pat
     assert moved.workdir == root / "runs" / "r1" / "out" and moved.writable == (root / "runs" / "r1" / "out",)
     assert moved.readonly == (new / "memsys", root / ".venv")
     assert moved.env == {"PYTHONPATH": str(new)}
+
+
+def test_a_task_whose_folder_is_elsewhere_gets_scratch_that_is_held_until_released(tmp_path):
+    task, needs = _task(tmp_path, sys.executable)
+    shutil.rmtree(tmp_path / "work" / "out")  # the driver's evaluation folder is not on this node
+    placed = prepare_on_node(task, needs, "n1")
+    assert placed.scratch is not None and placed.scratch.parent == tmp_path / "cache" / "tasks"
+    assert (placed.scratch / "out").is_dir() and placed.spec.workdir == placed.scratch / "out"
+    assert prune(tmp_path / "cache", keep=0) == []  # in use
+    placed.release()  # a worker that died before removing its scratch
+    assert prune(tmp_path / "cache", keep=0) == [f"tasks/{placed.scratch.name}"]
