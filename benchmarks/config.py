@@ -41,6 +41,10 @@ class EvalConfig:
     context_budget_tokens: int | None = 6000
     # where the untrusted half runs for `memsys eval`: auto | docker | bwrap | process | inprocess
     sandbox: str = "auto"
+    # the untrusted half's wall-clock limit; null: 1800 s, plus 90 s a question when a reader answers
+    # (the embedded reader takes 10-60 s a question on 2 cores). A run stopped by it keeps its answers:
+    # the same command resumes it
+    sandbox_timeout_s: float | None = None
     mlflow: bool = True
     mlflow_experiment: str = "memsys-eval"
     parent_run_id: str | None = None

@@ -39,10 +39,22 @@ from harness.views import (
     PublicView,
 )
 from memsys.config import LLMConfig, MemoryConfig, compose, to_container, validate
-from memsys.errors import BudgetExceededError, LLMAuthError, LLMError, MemsysError
+from memsys.errors import (
+    BudgetExceededError,
+    LLMAuthError,
+    LLMError,
+    LLMRateLimitError,
+    LLMServerError,
+    LLMTimeoutError,
+    MemsysError,
+)
 from memsys.paths import cache_dir
 
 log = logging.getLogger(__name__)
+
+#: reader errors that say the endpoint failed, not what the system answered: a resumed evaluation asks
+#: again (a reply the model got wrong, "format", is the system's answer and stays)
+TRANSIENT_ERROR_KINDS = tuple(e.kind for e in (LLMServerError, LLMRateLimitError, LLMTimeoutError))
 
 # memsys modules whose code decides what a built store contains
 _INGEST_CODE = ("ingest", "store", "embed.py", "records.py", "temporal.py", "graph", "media", "index")
@@ -269,6 +281,11 @@ def read_done(path: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
+def is_transient_error(error: Any) -> bool:
+    """An answer's error string ("<kind>: message") names an endpoint failure."""
+    return isinstance(error, str) and error.split(":", 1)[0] in TRANSIENT_ERROR_KINDS
+
+
 def predict(req: PredictRequest, *, llm: Any = None, view: PublicView | None = None,
             on_answer: Callable[[dict[str, Any]], None] | None = None) -> int:
     """Answer every question of the view into ``answers.jsonl``; returns how many were answered now."""
@@ -283,6 +300,12 @@ def predict(req: PredictRequest, *, llm: Any = None, view: PublicView | None = N
     path = out_dir / ANSWERS_FILE
     asked = set(view.question_ids)
     done = {k: v for k, v in read_done(path).items() if k in asked} if req.resume else {}
+    retry = [k for k, v in done.items() if is_transient_error(v.get("error"))]
+    if retry:
+        log.warning("%d answer(s) in %s failed at the endpoint (%s); asking again", len(retry), path,
+                    ", ".join(TRANSIENT_ERROR_KINDS))
+        for k in retry:
+            del done[k]
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done.values()))
     if req.reader == "llm" and llm is None:
         raise MemsysError("reader=llm needs an LLM client")

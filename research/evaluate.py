@@ -414,6 +414,18 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> An
                       upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai")
 
 
+#: `memsys eval`'s sandbox limit without a reader, and what each question adds with one
+EVAL_TIMEOUT_BASE_S = 1800.0
+EVAL_TIMEOUT_PER_QUESTION_S = 90.0
+
+
+def eval_wall_timeout(ev: Any, n_questions: int) -> float:
+    """The sandbox's wall-clock limit for a fixed-config evaluation (eval.sandbox_timeout_s, or scaled)."""
+    if ev.sandbox_timeout_s is not None:
+        return float(ev.sandbox_timeout_s)
+    return EVAL_TIMEOUT_BASE_S + (EVAL_TIMEOUT_PER_QUESTION_S * n_questions if ev.reader == "llm" else 0.0)
+
+
 def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:
     """(preset, memory.* overrides) as the user gave them; the sandbox composes them itself."""
     preset = setup.memory.name
@@ -451,8 +463,9 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
         from sandbox import make_sandbox
 
         sandbox = make_sandbox(ev.sandbox)
+    n_questions = sum(len(c.questions) for c in bench.conversations)
     job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / ev.run_id / "untrusted",
-                  memory_overrides=mem_overrides)
+                  memory_overrides=mem_overrides, wall_timeout_s=eval_wall_timeout(ev, n_questions))
     with ExitStack() as stack:
         llm = gateway = None
         if ev.reader == "llm":

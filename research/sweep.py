@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from harness.errors import ConfigError
-from research.evaluate import EvalOutcome
+from research.evaluate import EvalOutcome, eval_wall_timeout
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,9 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
         pending, order, gateways = [], [], {}
         for i, (setup, run) in enumerate(zip(setups, runs)):
             preset, mem = memory_choice(run.overrides, setup)
-            job = EvalJob(setup, Path(REPO_ROOT), preset, runs_dir() / run.run_id / "untrusted", memory_overrides=mem)
+            bench = selection(setup)
+            job = EvalJob(setup, Path(REPO_ROOT), preset, runs_dir() / run.run_id / "untrusted", memory_overrides=mem,
+                          wall_timeout_s=eval_wall_timeout(setup.eval, sum(len(c.questions) for c in bench.conversations)))
             if setup.eval.sandbox == "inprocess":
                 if execution.executor != "local":
                     raise ConfigError("sandbox=inprocess runs in this process: research.executor=ray needs a sandbox "
@@ -176,7 +178,7 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
             gateway, reader_llm = _gateway(stack, setup, gateways)
             job.reader_llm = reader_llm
             shared = SharedCache(cache_dir(), name=SHARED_DIR if setup.eval.split == "dev" else HELDOUT_DIR)
-            pending.append(begin_sandboxed(job, selection(setup), make_sandbox(setup.eval.sandbox), gateway=gateway,
+            pending.append(begin_sandboxed(job, bench, make_sandbox(setup.eval.sandbox), gateway=gateway,
                                            shared=shared, label=" ".join(run.overrides)))
             order.append(i)
         for j, ran in executor.run_all([p.task for p in pending]):

@@ -20,7 +20,11 @@ cap, wall timeout -> `docker kill`), `docker inspect` (State.OOMKilled), `docker
 Env values never appear on a command line: the CLI gets them in its own environment and
 forwards them by name (`-e KEY`); docker's own HOSTNAME is removed with `env -u`, so the
 child sees exactly `spec.child_env()`. Containers are labelled with their owner; ones
-left behind by a dead owner are removed at the next probe.
+left behind by a dead owner are removed at the next probe. Killing the owner does not stop a
+container (the CLI is only attached to it), so each run also has a reaper: a detached process
+that waits on a pipe only the owner holds open and removes the container when it reads EOF,
+so an evaluation killed with kill -9 leaves no container writing into the run folder that a
+resume is about to use.
 """
 
 from __future__ import annotations
@@ -85,6 +89,21 @@ INIT_CANDIDATES = (
 ROOTFS_DIRS = ("dev", "etc", "proc", "sys", "tmp", "usr")
 
 _counter = itertools.count()
+#: the reaper (run with ``python -I -c``): block until the owner's end of the pipe closes (EOF: the
+#: owner finished or died), then remove the container unless the owner said it already did
+_REAPER = (
+    "import os, subprocess, sys\n"
+    "fd, docker, name = int(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
+    "said = b''\n"
+    "while True:\n"
+    "    chunk = os.read(fd, 64)\n"
+    "    if not chunk:\n"
+    "        break\n"
+    "    said += chunk\n"
+    "if said != b'done':\n"
+    "    subprocess.run([docker, 'rm', '-f', '-v', name], stdin=subprocess.DEVNULL,\n"
+    "                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)\n"
+)
 _lock = threading.Lock()
 #: (docker_bin, DOCKER_HOST, image or None) -> (monotonic time, ok, reason, info, image tag)
 _PROBES: dict[tuple, tuple[float, bool, str, dict, str | None]] = {}
@@ -466,6 +485,7 @@ class DockerSandbox(Sandbox):
             except (OSError, subprocess.SubprocessError):
                 pass
 
+        reaper_w = self._start_reaper(name, cli_env)
         try:
             result = execute(
                 [self.docker_bin, "start", "--attach", name],
@@ -480,6 +500,11 @@ class DockerSandbox(Sandbox):
             state = self._state(name)
         finally:
             self._remove(name)
+            if reaper_w is not None:
+                try:
+                    os.write(reaper_w, b"done")
+                finally:
+                    os.close(reaper_w)
         if not state.get("StartedAt") or state.get("StartedAt", "").startswith("0001-"):
             raise SandboxError(f"[docker] container did not start: {state.get('Error') or _first_line(result.stderr)}")
         if state.get("Error") and not result.timed_out:
@@ -487,6 +512,21 @@ class DockerSandbox(Sandbox):
         # the memory cgroup's OOM kill, as docker observed it; MemoryError: refused allocation
         result.oom_killed = bool(state.get("OOMKilled")) or _memory_error_in(result.stderr)
         return result
+
+    def _start_reaper(self, name: str, cli_env: dict[str, str]) -> int | None:
+        """The write end of the reaper's pipe (None if no reaper could start: the next probe's sweep
+        is then the only cleanup). Close-on-exec, so no other child of the owner holds it open."""
+        r, w = os.pipe()
+        try:
+            subprocess.Popen([sys.executable, "-I", "-c", _REAPER, str(r), self.docker_bin, name],
+                             pass_fds=(r,), start_new_session=True, env=cli_env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            os.close(w)
+            return None
+        finally:
+            os.close(r)
+        return w
 
     def _state(self, name: str) -> dict:
         try:

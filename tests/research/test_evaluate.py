@@ -153,6 +153,30 @@ def test_every_reader_call_failing_is_an_api_error(locomo_path):
             run_eval(setup, llm=llm, progress=False)
 
 
+def test_resume_asks_again_where_the_endpoint_failed_and_keeps_the_models_bad_replies(locomo_path):
+    """A run whose reader endpoint went away mid-way wrote connection errors; resumed with the endpoint
+    back, those questions are answered, while a malformed reply (the model's answer) is kept as it was."""
+    extra = ["reader=llm", "memory.answer.response_format=true", "run_id=t-resume-llm", "workers=1"]
+    setup = setup_for(*extra)
+    calls = {"n": 0}
+
+    def flaky(req):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            return Reply.raw(b"not json at all")
+        return Reply.error(500) if calls["n"] > 6 else Reply.of_json({"answer": "7 May 2023"})
+
+    with OpenAITestServer(flaky) as srv, reader(srv, setup) as llm:
+        first = run_in_process(setup, [*BASE, *extra], llm=llm)
+    assert first.n_errors == 7  # one malformed reply, six endpoint failures
+    with OpenAITestServer(lambda req: Reply.of_json({"answer": "7 May 2023"})) as srv, reader(srv, setup) as llm:
+        again = run_in_process(setup, [*BASE, *extra], llm=llm)
+        assert len(srv.chat_requests) == 6  # only the endpoint failures were asked again
+    rows = [json.loads(l) for l in (again.run_dir / PREDICTIONS).read_text().splitlines()]
+    assert len(rows) == 12 and again.n_errors == 1
+    assert [r["error"].split(":")[0] for r in rows if r["error"]] == ["format"]
+
+
 def test_built_store_is_reused(locomo_path):
     from benchmarks.datasets import load_benchmark
     from benchmarks.splits import select
@@ -167,3 +191,11 @@ def test_built_store_is_reused(locomo_path):
     assert built is False and mem2.store.path == mem1.store.path and len(mem2) == len(mem1) > 0
     mem1.close()
     mem2.close()
+
+
+def test_the_sandbox_limit_grows_with_the_questions_a_reader_answers():
+    from research.evaluate import EVAL_TIMEOUT_BASE_S, EVAL_TIMEOUT_PER_QUESTION_S, eval_wall_timeout
+
+    assert eval_wall_timeout(setup_for("reader=none").eval, 304) == EVAL_TIMEOUT_BASE_S
+    assert eval_wall_timeout(setup_for("reader=llm").eval, 100) == EVAL_TIMEOUT_BASE_S + 100 * EVAL_TIMEOUT_PER_QUESTION_S
+    assert eval_wall_timeout(setup_for("reader=llm", "sandbox_timeout_s=60").eval, 100) == 60

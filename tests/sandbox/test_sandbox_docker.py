@@ -307,6 +307,45 @@ def test_live_timeout_kills_and_removes_the_container(root):
     assert survivors == [] and our_containers() == []
 
 
+@live
+def test_live_owner_killed_with_sigkill_leaves_no_container_running(root):
+    """kill -9 of the evaluation that started a container: its reaper removes the container, so
+    nothing keeps writing into the run folder a resume is about to use."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, textwrap
+            from pathlib import Path
+            from sandbox import SandboxSpec
+            from sandbox.docker import DockerSandbox
+            root = Path({str(root)!r})
+            code = "import time\\nopen('/proc/self/cwd/alive', 'w').write('x')\\ntime.sleep(300)"
+            DockerSandbox().run(SandboxSpec(argv=[sys.executable, "-c", code], workdir=root / "work",
+                                            writable=[root / "work"], wall_timeout_s=300))
+        """)],
+        cwd=Path(__file__).resolve().parents[2], stdin=subprocess.DEVNULL)
+    label = f"label={OWNER_LABEL}={socket.gethostname()}:{owner.pid}"
+
+    def running() -> list[str]:
+        return subprocess.run(["docker", "ps", "-q", "--filter", label], capture_output=True, text=True,
+                              timeout=20).stdout.split()
+
+    try:
+        deadline = time.monotonic() + 60
+        while not (root / "work" / "alive").exists():
+            assert time.monotonic() < deadline and owner.poll() is None, "the container never started"
+            time.sleep(0.2)
+        assert len(running()) == 1
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 20
+        while running():
+            assert time.monotonic() < deadline, "the container outlived its owner"
+            time.sleep(0.5)
+    finally:
+        owner.kill()
+        subprocess.run(["docker", "rm", "-f", *running()], capture_output=True, timeout=20) if running() else None
+
+
 def _cmdline_has(pid: str, marker: str) -> bool:
     try:
         return marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
