@@ -173,6 +173,18 @@ def image_mode(bench: Benchmark) -> str:
     return "images" if has else "captions"
 
 
+#: eval config keys that say where, how fast or how watched a run goes, never what it answers or
+#: scores: a run resumed with other values of these is the same run (a new executor option in a
+#: later version, more workers, another sandbox backend or time limit must not orphan its answers)
+PLACEMENT_KEYS = frozenset({"research", "resume", "workers", "sandbox", "sandbox_timeout_s", "mlflow",
+                            "mlflow_experiment", "parent_run_id"})
+
+
+def answers_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's config its answers and scores depend on."""
+    return {k: v for k, v in raw.items() if k not in PLACEMENT_KEYS}
+
+
 def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark) -> None:
     meta_path = run_dir / "run.json"
     if meta_path.exists():
@@ -184,8 +196,11 @@ def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark) -> None:
             raise RunFolderError(
                 f"{meta_path}: run folder format {meta.get('format_version')} (this version writes {RUN_FORMAT_VERSION}); use a new run_id"
             )
-        if meta.get("config") != setup.raw and setup.eval.resume:
-            raise RunFolderError(f"{run_dir} holds a run with a different config; use a new run_id or resume=false")
+        if setup.eval.resume and answers_config(meta.get("config") or {}) != answers_config(setup.raw):
+            differ = sorted(k for k in set(answers_config(meta.get("config") or {})) | set(answers_config(setup.raw))
+                            if (meta.get("config") or {}).get(k) != setup.raw.get(k))
+            raise RunFolderError(f"{run_dir} holds a run with a different config ({', '.join(differ)}); "
+                                 "use a new run_id or resume=false")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(meta_path, {

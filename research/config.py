@@ -100,6 +100,9 @@ class RayConfig:
     gateway_relay: str = "auto"
     node_cache: str | None = None  # where a node keeps shipped content; None: <tmp>/memsys-node-cache on the node
     node_cache_keep: int = 32  # shipped trees a node keeps besides those in use; older ones are removed
+    # with the embedded model (llm.backend=local): auto = each node's readers use that node's own server
+    # (research.node_llm; cache and budget stay at the driver's gateway) | driver = all use the driver's
+    node_llm: str = "auto"
 
     def __post_init__(self) -> None:
         if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1) \
@@ -109,6 +112,8 @@ class RayConfig:
         for name, value in (("ship", self.ship), ("gateway_relay", self.gateway_relay)):
             if value not in RAY_MODES:
                 raise ConfigError(f"research.ray.{name} must be {' | '.join(RAY_MODES)}, got {value!r}")
+        if self.node_llm not in ("auto", "driver"):
+            raise ConfigError(f"research.ray.node_llm must be auto | driver, got {self.node_llm!r}")
 
 
 @dataclass

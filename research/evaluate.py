@@ -407,11 +407,16 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> An
         from memsys.llm.cache import ResponseCache
 
         cache = ResponseCache()
+    embedded = None
+    if cfg.backend == "local":  # a Ray node may serve it itself (research.node_llm)
+        from research.node_llm import EmbeddedModel
+
+        embedded = EmbeddedModel.of(cfg)
     return LLMGateway(str(llm.base_url), socket_path=socket_dir / "llm.sock", api_key=key, model=cfg.model,
                       budget=budget, price_input_per_1m=cfg.price_input_per_1m,
                       price_output_per_1m=cfg.price_output_per_1m, cache=cache,
                       cache_tag=getattr(llm, "cache_tag", None),
-                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai")
+                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded)
 
 
 #: `memsys eval`'s sandbox limit without a reader, and what each question adds with one

@@ -39,6 +39,7 @@ import logging
 import os
 import socket
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
 from research.errors import ExecutorError
@@ -106,6 +107,7 @@ class RayExecutor:
         self._placed = ray.remote(run_on_node_placed).options(num_cpus=cfg.cpus_per_eval, max_retries=cfg.max_retries)
         self._shipments = Shipments(cfg.ship, cfg.node_cache, cache_keep=cfg.node_cache_keep)
         self._bridges: dict[str, Any] = {}  # gateway socket -> research.relay.GatewayBridge
+        self._node_llms: list[tuple[Any, Any]] = []  # (gateway, research.node_llm.NodeLLMs) routed to nodes
         self._bridge_lock = threading.Lock()
 
     def needs_of(self, task: UntrustedTask) -> NodeNeeds | None:
@@ -142,8 +144,27 @@ class RayExecutor:
             if str(sock) not in self._bridges:
                 from research.relay import GatewayBridge
 
-                self._bridges[str(sock)] = GatewayBridge(sock, self._cfg.gateway_relay)
+                token = self._route_nodes(sock)
+                self._bridges[str(sock)] = GatewayBridge(sock, self._cfg.gateway_relay, route_token=token)
             return self._bridges[str(sock)].target
+
+    def _route_nodes(self, sock: Path) -> str | None:
+        """When the gateway behind ``sock`` serves the embedded model (and research.ray.node_llm=auto),
+        each node's relayed calls go to that node's own server (research.node_llm); the bridge then
+        names the node with the gateway's route token, which this returns."""
+        from research.gateway import running_gateway
+
+        gateway = running_gateway(sock)
+        if gateway is None or gateway.embedded is None or self._cfg.node_llm != "auto":
+            return None
+        from research.node_llm import NodeLLMs
+        from research.relay import _is_client
+
+        driver_node = None if _is_client(self._ray) else self._ray.get_runtime_context().get_node_id()
+        router = NodeLLMs(gateway.embedded, driver_node)
+        gateway.route_to_nodes(router)
+        self._node_llms.append((gateway, router))
+        return gateway.route_token
 
     def run_all(self, tasks: Sequence[UntrustedTask]) -> Iterator[tuple[int, UntrustedResult | ExecutorError]]:
         """Every task submitted at once; results as they finish."""
@@ -178,8 +199,12 @@ class RayExecutor:
     def close(self) -> None:
         with self._bridge_lock:
             bridges, self._bridges = list(self._bridges.values()), {}
+            routed, self._node_llms = self._node_llms, []
         for bridge in bridges:
             bridge.close()
+        for gateway, router in routed:
+            gateway.route_to_nodes(None)
+            router.close()
         if self._owns and self._ray.is_initialized():
             self._ray.shutdown()
 

@@ -49,11 +49,13 @@ Per-evaluation accounting: ``before = gw.usage()`` ... ``gw.usage_since(before)`
 from __future__ import annotations
 
 import hashlib
+import hmac
 import http.client
 import ipaddress
 import json
 import logging
 import os
+import secrets
 import select
 import socket
 import socketserver
@@ -65,7 +67,7 @@ import urllib.request
 from dataclasses import dataclass, fields
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from memsys.errors import BudgetExceededError, ConfigError
@@ -73,6 +75,7 @@ from memsys.llm.budget import Budget, Reservation, cost_usd
 from memsys.llm.cache import ResponseCache, request_key
 from memsys.llm.structured import to_llama_cpp_format
 from memsys.tokens import count_message_tokens, count_tokens
+from research.relay import ROUTE_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,8 @@ log = logging.getLogger(__name__)
 CACHE_TAG = "gateway-reader"
 #: what the upstream understands: any OpenAI-protocol endpoint, or the embedded llama.cpp server
 UPSTREAM_DIALECTS = ("openai", "llama_cpp")
+#: (node, request body, headers) -> (status, headers, body) from that node's own server, or None
+NodeUpstream = Callable[[str, bytes, dict[str, str]], "tuple[int, list[tuple[str, str]], bytes] | None"]
 #: max_tokens forwarded (and reserved) when a request names none: the worst case must be bounded
 DEFAULT_MAX_TOKENS = 1024
 #: a connection idle (or stalled mid-request) this long is closed
@@ -115,6 +120,7 @@ class GatewayUsage:
 
     requests: int = 0  # HTTP requests answered, any path
     forwarded: int = 0  # chat requests sent upstream
+    node_forwarded: int = 0  # of those, answered by the embedded server of the node that asked (research.node_llm)
     cache_hits: int = 0  # chat requests answered from the cache
     rejected_budget: int = 0  # refused with 402 before reaching upstream
     errors: int = 0  # answers with status >= 400 other than budget refusals (upstream's included)
@@ -339,6 +345,17 @@ def _env_proxy(scheme: str, host: str) -> str | None:
     return proxy
 
 
+#: the gateways this process runs, by socket path: the Ray executor, which sees only a task's socket,
+#: finds the gateway behind it to route nodes' calls (research.executor)
+_RUNNING: dict[str, "LLMGateway"] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def running_gateway(socket_path: Path | str) -> "LLMGateway | None":
+    with _RUNNING_LOCK:
+        return _RUNNING.get(str(socket_path))
+
+
 class LLMGateway:
     """OpenAI-protocol HTTP server on a Unix socket that forwards to one upstream model."""
 
@@ -358,13 +375,16 @@ class LLMGateway:
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         cache_tag: str | None = None,
         upstream_dialect: str = "openai",
+        embedded: Any = None,
     ) -> None:
         """``cache_tag`` (e.g. the local GGUF's identity) joins the cache namespace, so two
         weight files served under one model name never share replies. ``upstream_dialect``
         "llama_cpp": the upstream is the embedded llama-cpp-python server, which rejects the
         OpenAI ``json_schema`` response format; the child speaks OpenAI whatever the upstream
         (it cannot know), so the gateway rewrites that one field on the wire (the cache key keeps
-        the child's form, as the direct client's does)."""
+        the child's form, as the direct client's does). ``embedded`` (a
+        research.node_llm.EmbeddedModel) says the upstream is the embedded model, which a Ray node
+        can serve itself: :meth:`route_to_nodes` then sends a node's calls to its own server."""
         if upstream_dialect not in UPSTREAM_DIALECTS:
             raise ConfigError(f"LLMGateway upstream_dialect must be {' | '.join(UPSTREAM_DIALECTS)}, "
                               f"got {upstream_dialect!r}")
@@ -391,6 +411,10 @@ class LLMGateway:
         self.max_request_bytes = max_request_bytes
         self.default_max_tokens = default_max_tokens
         self.upstream_dialect = upstream_dialect
+        self.embedded = embedded
+        # the relay bridge's proof that a request came from a node (research.relay): never in a sandbox
+        self.route_token = secrets.token_hex(16)
+        self._node_upstream: NodeUpstream | None = None
         self._cache_model = f"{model}@{CACHE_TAG}" + (f":{cache_tag}" if cache_tag else "")
         self.__api_key = api_key or ""
         self._chat_url = f"{self.upstream_base_url}/chat/completions"
@@ -443,11 +467,17 @@ class LLMGateway:
             target=server.serve_forever, kwargs={"poll_interval": 0.1}, name="llm-gateway", daemon=True
         )
         self._thread.start()
+        with _RUNNING_LOCK:
+            _RUNNING[str(self.socket_path)] = self
         log.info("LLM gateway on %s -> %s model=%s%s", self.socket_path, self.upstream_host, self.model,
                  " (via the environment's proxy)" if self._http is not None else "")
         return self
 
     def close(self) -> None:
+        with _RUNNING_LOCK:
+            if _RUNNING.get(str(self.socket_path)) is self:
+                del _RUNNING[str(self.socket_path)]
+        self._node_upstream = None
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
@@ -535,7 +565,7 @@ class LLMGateway:
         body["model"] = self.model  # the child cannot choose the model
         return body, messages, max_tokens, choices, temperature
 
-    def _chat(self, raw: bytes, upstream_timer: list[float]) -> _Reply:
+    def _chat(self, raw: bytes, upstream_timer: list[float], node: str | None = None) -> _Reply:
         """The answer to one chat-completions request body."""
         body, messages, max_tokens, choices, temperature = self._validated(raw)
 
@@ -561,7 +591,7 @@ class LLMGateway:
                 raise _reject(402, f"LLM gateway: {exc}", "budget_exceeded") from None
         booked = False
         try:
-            response = self._forward(body, upstream_timer)
+            response = self._forward(body, upstream_timer, node)
             reply = _Reply(response.status, self._scrub(response.content), _passed_headers(response.headers))
             if response.status != 200:
                 return reply  # passed through unchanged; counted as an error by the handler
@@ -582,7 +612,12 @@ class LLMGateway:
             if reservation is not None and not booked:
                 self.budget.release(reservation)  # type: ignore[union-attr]
 
-    def _forward(self, body: dict[str, Any], upstream_timer: list[float]) -> _UpstreamReply:
+    def route_to_nodes(self, upstream: "NodeUpstream | None") -> None:
+        """Calls that a relay brings from a Ray node go to ``upstream(node, payload, headers)`` (its
+        own embedded server) unless it returns None; the cache, budget and counters stay here."""
+        self._node_upstream = upstream
+
+    def _forward(self, body: dict[str, Any], upstream_timer: list[float], node: str | None = None) -> _UpstreamReply:
         headers = {"Content-Type": "application/json", "Accept": "application/json",
                    "User-Agent": "memsys-llm-gateway"}
         if self.__api_key:
@@ -593,6 +628,10 @@ class LLMGateway:
         self._counters.add(forwarded=1)
         started = time.perf_counter()
         try:
+            on_node = self._node_upstream(node, payload, headers) if node and self._node_upstream else None
+            if on_node is not None:
+                self._counters.add(node_forwarded=1)
+                return _UpstreamReply(*on_node)
             if self._pool is not None:
                 return self._exchange(self._pool, payload, headers)
             if self._http is not None:
@@ -808,7 +847,15 @@ class _GatewayHandler(BaseHTTPRequestHandler):
         if len(raw) < length:
             self.close_connection = True
             return _reject(400, "request body shorter than its Content-Length")
-        return self.owner._chat(raw, upstream_timer)
+        return self.owner._chat(raw, upstream_timer, self._origin_node())
+
+    def _origin_node(self) -> str | None:
+        """The Ray node a relayed request came from, believed only with the gateway's route token
+        (which only the driver's relay bridge holds): a sandbox cannot pick another node's server."""
+        token, _, node = (self.headers.get(ROUTE_HEADER) or "").partition(" ")
+        if node and hmac.compare_digest(token, self.owner.route_token):
+            return node.strip()
+        return None
 
     def _get_models(self, _timer: list[float]) -> _Reply:
         return _Reply(200, self.owner._models_body)

@@ -19,6 +19,11 @@ driver never listens on anything. That also works when the driver is not a clust
 at ``ray://head:10001``), where an actor pinned to "the driver's node" could not reach its socket.
 The cost is two Ray calls per LLM call (milliseconds, against the seconds of a model's reply).
 
+With the embedded model (``llm.backend=local``) the gateway need not send a relayed call to the
+driver's own server: the bridge names the node the call came from (with the gateway's route token,
+which no sandbox holds), and that node's own server answers (research.node_llm), so K nodes run K
+models while the cache and the budget stay in the one gateway.
+
 When the relay fails (the driver or the mailbox is gone), it answers 502 and counts the failure; the
 worker then reports the evaluation as an infrastructure failure, because the gateway saw no such
 error and would otherwise let the candidate take the blame.
@@ -30,6 +35,7 @@ scorer or the system under test.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http.client
 import json
 import logging
@@ -56,6 +62,9 @@ TAKE_WAIT_S = 0.5
 CALL_TIMEOUT_S = 900.0
 #: driver threads replaying requests on the gateway at once
 BRIDGE_THREADS = 16
+#: the header the bridge adds on the gateway's socket: "<the gateway's route token> <Ray node id>"
+#: (research.gateway believes it only with its token; research.node_llm serves that node)
+ROUTE_HEADER = "X-Memsys-Node"
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "date", "server"}
 
 
@@ -64,6 +73,7 @@ class RelayRequest:
     method: str
     path: str
     body: bytes
+    node: str | None = None  # the Ray node whose relay read it (set by the relay, never by the sandbox)
 
 
 @dataclass(frozen=True)
@@ -136,11 +146,15 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def replay_on_gateway(socket_path: Path, request: RelayRequest, timeout_s: float = CALL_TIMEOUT_S) -> RelayReply:
-    """One request on the gateway's socket, as a sandbox on this machine would send it."""
+def replay_on_gateway(socket_path: Path, request: RelayRequest, timeout_s: float = CALL_TIMEOUT_S,
+                      route_token: str | None = None) -> RelayReply:
+    """One request on the gateway's socket, as a sandbox on this machine would send it; with the
+    gateway's ``route_token``, naming the node it came from (so that node's own model may answer)."""
     conn = _UnixHTTPConnection(str(socket_path), timeout_s)
     try:
         headers = {"Content-Type": "application/json", "Content-Length": str(len(request.body))}
+        if route_token and request.node:
+            headers[ROUTE_HEADER] = f"{route_token} {request.node}"
         conn.request(request.method, request.path, body=request.body or None, headers=headers)
         response = conn.getresponse()
         body = response.read()
@@ -155,11 +169,12 @@ def replay_on_gateway(socket_path: Path, request: RelayRequest, timeout_s: float
 class GatewayBridge:
     """Driver side: takes the relays' requests from the mailbox and replays them on the gateway."""
 
-    def __init__(self, socket_path: Path, mode: str) -> None:
+    def __init__(self, socket_path: Path, mode: str, route_token: str | None = None) -> None:
         import ray
 
         self._ray = ray
         self.socket_path = Path(socket_path)
+        self._route_token = route_token
         driver_node = None if _is_client(ray) else ray.get_runtime_context().get_node_id()
         options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000}
         if driver_node is not None:  # next to the driver: the mailbox dies only with the driver's node
@@ -185,7 +200,7 @@ class GatewayBridge:
                 self._pool.submit(self._answer, rid, request)
 
     def _answer(self, rid: int, request: RelayRequest) -> None:
-        reply = replay_on_gateway(self.socket_path, request)
+        reply = replay_on_gateway(self.socket_path, request, route_token=self._route_token)
         try:
             self._mailbox.answer.remote(rid, reply)
         except Exception:  # noqa: BLE001 - shutting down
@@ -258,6 +273,7 @@ class NodeRelay:
         self.target = target
         self.failures = 0
         self.calls = 0
+        self.node: str | None = None  # this worker's Ray node, learnt at the first call
         self._lock = threading.Lock()
         # a short private folder: a Unix socket path holds at most 107 bytes, task folders are longer
         self.folder = Path(tempfile.mkdtemp(prefix="memsys-relay-"))
@@ -279,8 +295,11 @@ class NodeRelay:
 
         with self._lock:
             self.calls += 1
+        if self.node is None and ray.is_initialized():
+            self.node = ray.get_runtime_context().get_node_id()
         try:
-            return ray.get(self.target.mailbox.call.remote(request), timeout=CALL_TIMEOUT_S)
+            return ray.get(self.target.mailbox.call.remote(dataclasses.replace(request, node=self.node)),
+                           timeout=CALL_TIMEOUT_S)
         except Exception as exc:  # noqa: BLE001 - the driver, its mailbox or Ray is gone
             with self._lock:
                 self.failures += 1

@@ -137,7 +137,11 @@ def _segmented(tokens: list[list[str]], segment: int):
     return search, add_s
 
 
-def part_sparse(sizes: list[int], seed: int) -> list[dict[str, Any]]:
+#: the sparse indexes compared (``--sparse-kinds`` narrows it: FTS5 alone takes tens of minutes at 1M)
+SPARSE_KINDS = ("fts5", "tantivy", "segmented_bm25s")
+
+
+def part_sparse(sizes: list[int], seed: int, kinds: tuple[str, ...] = SPARSE_KINDS) -> list[dict[str, Any]]:
     out = []
     for size in sizes:
         items, _, _, questions = _haystack(size, seed)
@@ -151,10 +155,10 @@ def part_sparse(sizes: list[int], seed: int) -> list[dict[str, Any]]:
             qq = [t for t in q if t in exact.vocab_dict]
             truth.append(set(_top(exact.get_scores(qq), K)) if qq else set())
         with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-            kinds = {"fts5": lambda: _fts5(Path(tmp) / "f.db", tokens),
+            makers = {"fts5": lambda: _fts5(Path(tmp) / "f.db", tokens),
                      "tantivy": lambda: _tantivy(Path(tmp) / "tv", texts),
                      "segmented_bm25s": lambda: _segmented(tokens, 100_000 if size > 100_000 else max(1000, size // 10))}
-            for name, make in kinds.items():
+            for name, make in ((n, m) for n, m in makers.items() if n in kinds):
                 search, add_s = make()
                 lat, overlap = [], []
                 for q, t in zip(queries, truth):

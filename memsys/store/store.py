@@ -158,6 +158,12 @@ class MemoryStore:
         self.hot.transaction([(UPSERT_SCOPE, rows)])
 
     def _open_tantivy(self) -> None:
+        """A read-only store that cannot outgrow ``index.sparse_exact_max`` never consults tantivy, so it
+        is not opened: a reader needs tantivy's lock file, which a read-only mount (the sandbox's shared
+        store cache) refuses, and the open would only warn and fall back to what answers anyway."""
+        if self.read_only and len(self.maus) <= self.index_cfg.sparse_exact_max:
+            self._tantivy = None
+            return
         if self.index_cfg.sparse_incremental:
             self._tantivy = open_tantivy(self.path, self.hot, self.maus, self._own_text, self.read_only)
 

@@ -74,7 +74,9 @@ def run_loop_command(k: int, stamp: str, extra: list[str]) -> dict[str, Any]:
 
     run_id = f"bench-parallel-k{k}-{stamp}"
     repo = make_scratch_repo(runs_dir() / "bench" / f"{run_id}-repo")
-    argv = [sys.executable, "-m", "launcher.main", "run", *LOOP_BASE, f"research.parallel={k}", f"research.repo={repo}",
+    named = {o.split("=", 1)[0] for o in extra}  # --extra sample=full replaces the base's sample, not doubles it
+    base = [o for o in LOOP_BASE if o.split("=", 1)[0] not in named]
+    argv = [sys.executable, "-m", "launcher.main", "run", *base, f"research.parallel={k}", f"research.repo={repo}",
             f"run_id={run_id}", *extra]
     timing = timed_command(argv, f"K={k} run")
     state = json.loads((runs_dir() / run_id / "state.json").read_text())

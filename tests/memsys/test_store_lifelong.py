@@ -205,6 +205,22 @@ def test_an_update_replaces_the_bm25_document_of_its_mau(tmp_path):
     store.close()
 
 
+def test_a_read_only_store_under_the_exact_threshold_never_opens_tantivy(tmp_path, caplog):
+    """The sandbox opens the shared store cache read-only on a read-only mount, where tantivy cannot
+    take its lock file: a LoCoMo-sized store warned "unreadable" on every evaluation for an index
+    it never consults. A damaged tantivy folder stands in for the refused lock here."""
+    store = MemoryStore.create(tmp_path / "s", embedder_name="random", dim=DIM,
+                               index=IndexConfig(dense_ann="none", **{**SMALL, "sparse_exact_max": 1000}))
+    store.add(make_maus(300))
+    store.close()
+    (tmp_path / "s" / "sparse.tantivy" / "meta.json").write_text("{not json")
+    with caplog.at_level("WARNING"):
+        ro = MemoryStore.open(tmp_path / "s", read_only=True)
+    assert "unreadable" not in caplog.text
+    assert [p for p, _ in ro.search_sparse("w42", 1)] == [42]  # the exact in-memory BM25 answers
+    ro.close()
+
+
 UPDATE_THEN_DIE = textwrap.dedent(
     """
     import os, sys

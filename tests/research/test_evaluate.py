@@ -73,6 +73,20 @@ def test_run_folder_from_another_version_is_refused(locomo_path, tmp_path):
         run_eval(setup_for("reader=none", "run_id=t-old"), progress=False)
 
 
+def test_a_run_resumes_across_placement_settings_but_not_across_what_it_answers(locomo_path):
+    """Where and how fast a run goes (workers, sandbox, time limit, executor options, which a later
+    version may add) never orphans its answers; a config that changes them is refused, naming the key."""
+    first = run_eval(setup_for("reader=none", "run_id=t-place"), progress=False)
+    meta_path = first.run_dir / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta["config"]["research"]["ray"].pop("node_llm")  # a run folder from before that option existed
+    meta_path.write_text(json.dumps(meta))
+    again = run_eval(setup_for("reader=none", "run_id=t-place", "workers=1", "sandbox_timeout_s=900"), progress=False)
+    assert again.metrics["recall_at_10"] == pytest.approx(first.metrics["recall_at_10"])
+    with pytest.raises(RunFolderError, match=r"different config \(memory\)"):
+        run_eval(setup_for("reader=none", "run_id=t-place", "memory.retrieval.top_k=3"), progress=False)
+
+
 def test_recent_window_baseline_respects_its_budget(locomo_path):
     res = run_eval(setup_for("reader=none", "system=recent_window", "full_context_budget=1500", "run_id=t-rw"),
                    progress=False)

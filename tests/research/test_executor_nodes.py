@@ -9,9 +9,12 @@ the real memsys LLMClient inside the sandbox, the OpenAI-protocol test server on
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,7 @@ from sandbox.bwrap import BwrapSandbox
 from tests.support.openai_server import OpenAITestServer
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_cluster")]  # one worker starts the one cluster
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("configs", "harness", "memsys")
@@ -56,11 +59,22 @@ except MemsysError as exc:
 ECHO_VIEW = "import json, sys; r = json.load(open(sys.argv[1])); open(r['out_dir'] + '/answers.jsonl', 'w').write(open(r['view_path']).read())"
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})  # the driver's node runs no evaluation
+    # the driver's node runs no evaluation; its Ray Client server lets a driver join as a client (ray://)
+    port = _free_port()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "ray_client_server_port": port})
+    c.client_port = port
     worker = c.add_node(num_cpus=2)
     c.wait_for_nodes()
     ray.init(address=c.address, log_to_driver=False)
@@ -170,3 +184,126 @@ def test_an_evaluation_shipped_to_the_node_scores_as_the_local_one(cluster, runs
     stable = lambda m: {k: v for k, v in m.items() if k != "wall_s"}  # noqa: E731
     assert stable(remote.result["metrics"]) == stable(local.result["metrics"])
     assert remote.objective_value == local.objective_value
+
+
+def _llama_servers_of(model_path: Path) -> list[int]:
+    """Pids of llama.cpp servers serving ``model_path`` with this module's small context."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if str(model_path).encode() in cmd and b"--n_ctx" in cmd and cmd[cmd.index(b"--n_ctx") + 1] == b"1536":
+            pids.append(int(proc.name))
+    return pids
+
+
+def _embedded(monkeypatch):
+    from memsys.config import LLMConfig, LocalLLMConfig
+    from memsys.llm.model_files import ensure_model_file
+    from research.node_llm import EmbeddedModel
+
+    monkeypatch.setenv("MEMSYS_MODELS_DIR", str(REPO / "runs" / "cache" / "models"))  # assembled once per clone
+    path = ensure_model_file(LocalLLMConfig()).path  # the nodes of this machine find it at the same path
+    return EmbeddedModel.of(LLMConfig(backend="local", local=LocalLLMConfig(gguf_path=str(path), n_ctx=1536)))
+
+
+@pytest.mark.llm
+def test_a_worker_nodes_reader_is_answered_by_that_nodes_own_embedded_server(cluster, tmp_path, monkeypatch):
+    """research.ray.node_llm=auto: the worker node starts its own llama.cpp server and answers its
+    readers; the driver's upstream (the test server standing in for the driver's model) is never
+    asked, yet the driver's gateway counts and books every call. Closing the executor stops it."""
+    c, worker = cluster
+    embedded = _embedded(monkeypatch)
+    sock_dir = Path(tempfile.mkdtemp(prefix="memsys-gw-"))
+    ex = _executor(c)
+    try:
+        with OpenAITestServer() as driver_model, LLMGateway(
+                driver_model.base_url, socket_path=sock_dir / "llm.sock", model="qwen2.5-coder-1.5b-instruct",
+                upstream_dialect="llama_cpp", embedded=embedded, budget=Budget(max_tokens=10_000)) as gw:
+            (_, r), = ex.run_all([_task(tmp_path, "own", READER, {"calls": 2}, gateway=gw)])
+            used = gw.usage()
+            assert r.sandbox.ok and r.node == worker.node_id and r.relayed, r.sandbox
+            assert driver_model.chat_requests == []
+            assert used.forwarded == used.node_forwarded == 2 and used.errors == 0 and used.completion_tokens > 0
+            assert len([a for a in r.answers.decode().splitlines() if a.strip()]) == 2
+            assert _llama_servers_of(Path(embedded.local["gguf_path"]))  # the node's server is up ...
+    finally:
+        ex.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+    for _ in range(50):  # ... until the executor closes: its child sees the actor go
+        if not _llama_servers_of(Path(embedded.local["gguf_path"])):
+            break
+        time.sleep(0.2)
+    assert not _llama_servers_of(Path(embedded.local["gguf_path"]))
+
+
+def test_a_node_that_cannot_serve_the_drivers_weights_fails_as_infrastructure(cluster, tmp_path, monkeypatch):
+    """Other weights on the node (by sha256) must never answer for the driver's model: the call is a
+    502 the gateway saw, so the evaluation's failure is the infrastructure's, not the candidate's."""
+    import dataclasses
+
+    c, worker = cluster
+    embedded = dataclasses.replace(_embedded(monkeypatch), sha256="0" * 64)
+    sock_dir = Path(tempfile.mkdtemp(prefix="memsys-gw-"))
+    ex = _executor(c)
+    try:
+        with OpenAITestServer() as driver_model, LLMGateway(
+                driver_model.base_url, socket_path=sock_dir / "llm.sock", model="m", upstream_dialect="llama_cpp",
+                embedded=embedded) as gw:
+            before = gw.usage()
+            (_, r), = ex.run_all([_task(tmp_path, "bad", READER, {"calls": 1}, gateway=gw)])
+            assert not r.sandbox.ok and r.node == worker.node_id and driver_model.chat_requests == []
+            failure = classify_result(r.sandbox, result_status="missing", metrics=None, parent_metrics=None,
+                                      code_changed=True, edited_paths=[])
+            failure = _check_endpoint_claim(failure, gw, before, True)
+            assert failure.is_infrastructure, failure
+        driver_only = _executor(c, node_llm="driver")  # the old route still works: the driver's model answers
+        try:
+            with OpenAITestServer() as driver_model, LLMGateway(
+                    driver_model.base_url, socket_path=sock_dir / "llm2.sock", model="m", upstream_dialect="llama_cpp",
+                    embedded=embedded) as gw:
+                (_, r), = driver_only.run_all([_task(tmp_path, "driver", READER, {"calls": 1}, gateway=gw)])
+                assert r.sandbox.ok and len(driver_model.chat_requests) == 1 and gw.usage().node_forwarded == 0
+        finally:
+            driver_only.close()
+    finally:
+        ex.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+CLIENT_DRIVER = """
+import json, sys, tempfile
+from pathlib import Path
+from research.config import RayConfig
+from research.executor import RayExecutor
+from research.gateway import LLMGateway
+from tests.research.test_executor_nodes import READER, _task
+from tests.support.openai_server import OpenAITestServer
+
+address, tmp = sys.argv[1], Path(sys.argv[2])
+ex = RayExecutor(RayConfig(address=address))
+try:
+    with OpenAITestServer() as server, LLMGateway(server.base_url, api_key="sk-test", model="test-model",
+            socket_path=Path(tempfile.mkdtemp(prefix="memsys-gw-")) / "llm.sock") as gw:
+        (_, r), = ex.run_all([_task(tmp, "client", READER, {"calls": 3}, gateway=gw)])
+        print(json.dumps({"ok": r.sandbox.ok, "relayed": r.relayed, "node": r.node, "answers": r.answers.decode(),
+                          "forwarded": gw.usage().forwarded, "served": len(server.chat_requests)}))
+finally:
+    ex.close()
+"""
+
+
+def test_a_driver_joined_as_a_ray_client_relays_its_readers_through_the_mailbox(cluster, tmp_path):
+    """research.ray.address=ray://...: the driver is no cluster node, so no actor can sit beside its
+    gateway socket; the relay's mailbox is pulled by the driver over the client connection instead."""
+    c, worker = cluster
+    address = f"ray://127.0.0.1:{c.client_port}"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", CLIENT_DRIVER, address, str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["relayed"] and got["node"] == worker.node_id
+    assert got["answers"].splitlines() == ["ok"] * 3 and got["forwarded"] == got["served"] == 3

@@ -215,6 +215,50 @@ def test_a_llama_cpp_upstream_gets_its_own_json_form_and_replies_keep_one_cache_
         LLMGateway(openai_server.base_url, socket_path=routed, model="m", upstream_dialect="vllm")
 
 
+def test_only_the_route_token_sends_a_call_to_a_nodes_own_server_and_the_cache_stays_here(
+    openai_server, make_gateway, sock, tmp_path
+):
+    """research.node_llm: a relayed call may be answered by the embedded server of the node it came
+    from, named by the bridge with the gateway's secret token. A sandbox that names a node itself
+    (no token, or a guessed one) gets the gateway's own upstream; the cache and counters are the
+    gateway's whichever server answered."""
+    from research.relay import ROUTE_HEADER
+
+    served: list[tuple[str, dict]] = []
+
+    def node_server(node: str, payload: bytes, headers: dict[str, str]):
+        if node == "driver-node":
+            return None  # the driver's node: the gateway's own upstream answers
+        served.append((node, json.loads(payload)))
+        body = {"choices": [{"message": {"role": "assistant", "content": f"from {node}"}}],
+                "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
+        return 200, [("content-type", "application/json")], json.dumps(body).encode()
+
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        gw = make_gateway(cache=cache, upstream_dialect="llama_cpp")
+        gw.route_to_nodes(node_server)
+
+        def ask(question: str, route: str | None) -> str:
+            headers = {ROUTE_HEADER: route} if route else {}
+            messages = [{"role": "user", "content": question}]
+            with raw_client(sock) as http:
+                r = http.post("/v1/chat/completions", json={"messages": messages, "max_tokens": 5}, headers=headers)
+            assert r.status_code == 200
+            return r.json()["choices"][0]["message"]["content"]
+
+        assert ask("q1", f"{gw.route_token} node-b") == "from node-b"
+        assert ask("q1", f"{gw.route_token} node-c") == "from node-b"  # the cache answers, wherever asked
+        assert ask("q2", "not-the-token node-b") == "ok"  # forged: the gateway's own upstream
+        assert ask("q3", "node-b") == "ok"
+        assert ask("q4", f"{gw.route_token} driver-node") == "ok"
+        assert [n for n, _ in served] == ["node-b"] and served[0][1]["model"] == "test-model"
+        assert len(openai_server.chat_requests) == 3
+        used = gw.usage()
+        assert (used.forwarded, used.node_forwarded, used.cache_hits) == (4, 1, 1)
+        gw.close()
+        assert gw.route_token not in json.dumps(gw.child_env())
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 def test_the_sandboxed_reader_gets_json_from_the_embedded_server_through_the_gateway(sock, monkeypatch):
