@@ -111,12 +111,13 @@ class NodeLLMs:
         """The node's own server's reply; None for the driver's node (its server is the gateway's own)."""
         if node == self.driver_node:
             return None
-        actor = self._actor(node)
+        actor = None
         try:
+            actor = self._actor(node)
             reply = self._ray.get(actor.post.remote(payload, headers), timeout=CALL_TIMEOUT_S)
-        except Exception as exc:  # noqa: BLE001 - the actor failed to start, or its node died
+        except Exception as exc:  # noqa: BLE001 - no such node, the actor failed to start, or its node died
             with self._lock:
-                if self._actors.get(node) is actor:
+                if actor is not None and self._actors.get(node) is actor:
                     del self._actors[node]  # the next call on that node starts a new one
             first = " ".join(str(exc).split())[:300]
             log.warning("node %s cannot serve the embedded model: %s", node[:12], first)
