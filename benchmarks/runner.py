@@ -196,9 +196,9 @@ def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark) -> None:
             raise RunFolderError(
                 f"{meta_path}: run folder format {meta.get('format_version')} (this version writes {RUN_FORMAT_VERSION}); use a new run_id"
             )
-        if setup.eval.resume and answers_config(meta.get("config") or {}) != answers_config(setup.raw):
-            differ = sorted(k for k in set(answers_config(meta.get("config") or {})) | set(answers_config(setup.raw))
-                            if (meta.get("config") or {}).get(k) != setup.raw.get(k))
+        old, new = answers_config(meta.get("config") or {}), answers_config(setup.raw)
+        if setup.eval.resume and old != new:
+            differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
             raise RunFolderError(f"{run_dir} holds a run with a different config ({', '.join(differ)}); "
                                  "use a new run_id or resume=false")
         return

@@ -158,10 +158,9 @@ class RayExecutor:
         if gateway is None or gateway.embedded is None or self._cfg.node_llm != "auto":
             return None
         from research.node_llm import NodeLLMs
-        from research.relay import _is_client
+        from research.relay import driver_node_id
 
-        driver_node = None if _is_client(self._ray) else self._ray.get_runtime_context().get_node_id()
-        router = NodeLLMs(gateway.embedded, driver_node)
+        router = NodeLLMs(gateway.embedded, driver_node_id(self._ray))
         gateway.route_to_nodes(router)
         self._node_llms.append((gateway, router))
         return gateway.route_token

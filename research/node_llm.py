@@ -105,7 +105,6 @@ class NodeLLMs:
         self.driver_node = driver_node
         self._actors: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.calls: dict[str, int] = {}  # node -> calls its own server answered
 
     def __call__(self, node: str, payload: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes] | None:
         """The node's own server's reply; None for the driver's node (its server is the gateway's own)."""
@@ -122,8 +121,6 @@ class NodeLLMs:
             first = " ".join(str(exc).split())[:300]
             log.warning("node %s cannot serve the embedded model: %s", node[:12], first)
             return _error(502, f"node {node[:12]} cannot serve the embedded model ({type(exc).__name__}: {first})")
-        with self._lock:
-            self.calls[node] = self.calls.get(node, 0) + 1
         return reply
 
     def _actor(self, node: str) -> Any:

@@ -175,7 +175,7 @@ class GatewayBridge:
         self._ray = ray
         self.socket_path = Path(socket_path)
         self._route_token = route_token
-        driver_node = None if _is_client(ray) else ray.get_runtime_context().get_node_id()
+        driver_node = driver_node_id(ray)
         options: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 1000}
         if driver_node is not None:  # next to the driver: the mailbox dies only with the driver's node
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -214,6 +214,11 @@ class GatewayBridge:
             self._ray.kill(self._mailbox)
         except Exception:  # noqa: BLE001 - Ray already shut down
             pass
+
+
+def driver_node_id(ray: Any) -> str | None:
+    """The Ray node this driver runs on; None when it joined as a Ray Client (it is no node)."""
+    return None if _is_client(ray) else ray.get_runtime_context().get_node_id()
 
 
 def _is_client(ray: Any) -> bool:
