@@ -24,6 +24,10 @@ from memsys.config import EmbedderConfig
 from memsys.errors import CacheError, MissingDependencyError, ModelError
 from memsys.paths import cache_dir
 
+#: texts embedded per cache transaction: a process killed while building a large store keeps every
+#: committed chunk, so the next start embeds only the rest (a conversation is ~600 texts)
+COMMIT_EVERY = 256
+
 
 class Embedder(ABC):
     name: str
@@ -180,15 +184,20 @@ class CachedEmbedder(Embedder):
             uniq: dict[str, str] = {}
             for i in missing:
                 uniq.setdefault(keys[i], texts[i])
-            vecs = self.inner.embed(list(uniq.values()))
-            rows = [(k, v.astype(np.float32).tobytes()) for k, v in zip(uniq, vecs)]
-            conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)", rows)
-            conn.executemany("INSERT OR REPLACE INTO emb_text VALUES (?, ?, ?)",
-                             [(k, self.name, t) for k, t in uniq.items()])
-            conn.execute("COMMIT")
-            found.update({k: v for k, v in zip(uniq, vecs)})
+            pending = list(uniq.items())
+            for start in range(0, len(pending), COMMIT_EVERY):
+                found.update(self._embed_and_commit(conn, pending[start : start + COMMIT_EVERY]))
         return np.stack([found[k] for k in keys]).astype(np.float32)
+
+
+    def _embed_and_commit(self, conn: sqlite3.Connection, items: list[tuple[str, str]]) -> dict[str, np.ndarray]:
+        vecs = self.inner.embed([t for _, t in items])
+        conn.execute("BEGIN")
+        conn.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)",
+                         [(k, v.astype(np.float32).tobytes()) for (k, _), v in zip(items, vecs)])
+        conn.executemany("INSERT OR REPLACE INTO emb_text VALUES (?, ?, ?)", [(k, self.name, t) for k, t in items])
+        conn.execute("COMMIT")
+        return {k: v for (k, _), v in zip(items, vecs)}
 
 
 _EMBEDDERS: dict[tuple, Embedder] = {}

@@ -46,6 +46,22 @@ READER_FILES = ("memsys/answer/generate.py",)  # plus the answer prompt folder t
 PROMPTS_DIR = "memsys/answer/prompts"
 
 
+#: run seeds this far apart give disjoint step seeds for runs of up to this many steps; it keeps every
+#: derived seed (the researcher's ``100 * step + offset``, a round's ``step + i``) inside 32 bits
+#: for run seeds up to ~4,000
+SEED_STRIDE = 10_007
+
+
+def step_seed(run_seed: int, index: int) -> int:
+    """The sampling seed of experiment ``index``: a run's own stream, reproducible on resume.
+
+    ``run_seed + index`` (before session 10) made runs of neighbouring seeds the same run shifted by
+    a step: seed 2's first TPE draw was seed 1's second. Seed 0 keeps its old seeds, so earlier seed-0
+    runs still replay through the reply cache.
+    """
+    return int(run_seed) * SEED_STRIDE + int(index)
+
+
 def build_context(state: Any, records: list[ExperimentRecord], setup: Any, preset: str, run_dir: Path, *,
                   knobs: str, mode_rule: str = "") -> ResearchContext:
     """The researcher's view of this step (``setup`` is a ``research.config.RunSetup``). Sources and
@@ -69,7 +85,7 @@ def build_context(state: Any, records: list[ExperimentRecord], setup: Any, prese
     lessons = summarize_lessons(records, max(0, min(left, int(total * SHARES["lessons"]))))
     left -= count_tokens(lessons)
 
-    seed = int(state.next_index) + int(setup.research.seed)
+    seed = step_seed(int(setup.research.seed), int(state.next_index))
     shown = setup.research.loop.failed_questions_shown
     misses = diagnose_misses(rows, dev_turn_texts(setup.eval) if rows else {}, examples=shown, seed=seed,
                              category_names=_category_names(setup.eval.benchmark.name))

@@ -302,6 +302,47 @@ def live_levers(cfg: MemoryConfig, *, reader_free: bool = False) -> list[Lever]:
     return [lv for lv in _catalogue() if lv.live_if(cfg) and not (reader_free and reader_only(lv))]
 
 
+def _probes(lever: Lever) -> list[Any]:
+    return lever.grid() if lever.kind != "float" else [lever.low, lever.high]
+
+
+def coupled_levers(cfg: MemoryConfig, chosen: Sequence[str], *, reader_free: bool = False,
+                   most: int = 6) -> list[str]:
+    """Field levers that must move with ``chosen`` for a change of them to reach its range.
+
+    A menu shows only live levers, so a model that picks ``retrieval.merge`` under ``dense_only`` cannot
+    also pick ``sparse_k``: it is dead until the merge changes. And an int lever can be capped by
+    another (``top_k`` keeps at most ``dense_k`` dense hits). So a subspace is closed over (1) levers
+    that some value of a chosen lever brings to life, and (2) levers that lift the cap of a chosen or
+    newly live lever, in the current config or once a chosen value is set. Found by probing each
+    lever's ends and choices, not from a hand-written table, so it follows LIVE_RULES and SPAN_CAPS.
+    At most ``most`` are added, in catalogue order.
+    """
+    fields = [lv for lv in _catalogue() if not lv.is_macro and not (reader_free and reader_only(lv))]
+    by_id = {lv.id: lv for lv in fields}
+    picked = [by_id[i] for i in chosen if i in by_id]
+    live_now = {lv.id for lv in fields if lv.live_if(cfg)}
+    worlds, woken = [cfg], set()
+    for lv in picked:
+        for v in _probes(lv):
+            probed = lv.apply(cfg, v)
+            worlds.append(probed)
+            woken |= {f.id for f in fields if f.id not in live_now and f.live_if(probed)}
+
+    def lifters(levers: list[Lever]) -> set[str]:
+        out = set()
+        for world in worlds:
+            for lv in (x for x in levers if x.cap is not None):
+                span = lv.span(world)
+                out |= {f.id for f in fields if f is not lv and any(lv.span(f.apply(world, v)) != span for v in _probes(f))}
+        return out
+
+    in_order = [lv.id for lv in fields]
+    ranked = [*(i for i in in_order if i in woken), *(i for i in in_order if i in lifters(picked)),
+              *(i for i in in_order if i in lifters([by_id[i] for i in woken]))]
+    return [i for i in dict.fromkeys(ranked) if i not in chosen][:most]
+
+
 def _values_text(lever: Lever, cfg: MemoryConfig) -> str:
     if lever.kind == "int":
         return "[{}..{}]".format(*lever.span(cfg))

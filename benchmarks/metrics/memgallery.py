@@ -21,8 +21,6 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
-
 from benchmarks.datasets.schema import CATEGORY_NAMES, Question
 from benchmarks.metrics.text import PUNCTUATION, coerce_text, mean, stem_tokens, token_f1
 from harness.errors import InputError
@@ -41,7 +39,6 @@ _DOT = "DOTPLACEHOLDER"
 _UNDERSCORE = "UNDERSCOREPLACEHOLDER"
 _DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
-_SMOOTHING = SmoothingFunction().method1
 
 
 def normalize_memgallery(text: str) -> str:
@@ -70,7 +67,10 @@ def bleu(prediction: str, gold: str, weights: tuple[float, ...] = BLEU_WEIGHTS["
     reference = normalize_memgallery(gold).split()
     if not hypothesis or not reference:
         return 0.0
-    return float(sentence_bleu([reference], hypothesis, weights=weights, smoothing_function=_SMOOTHING))
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu  # lazy: see text._stemmer
+
+    return float(sentence_bleu([reference], hypothesis, weights=weights,
+                               smoothing_function=SmoothingFunction().method1))
 
 
 def score_memgallery(prediction: object, gold: object, question_id: str | None = None) -> dict[str, float]:

@@ -11,14 +11,11 @@ from collections import Counter
 from functools import lru_cache
 from typing import Sequence
 
-from nltk.stem import PorterStemmer
-
 from harness.errors import InputError
 
 #: ASCII punctuation, the set both benchmarks' own evaluation code strips
 PUNCTUATION = frozenset(string.punctuation)
 
-_STEMMER = PorterStemmer()  # default NLTK_EXTENSIONS mode, as both evaluations use
 
 
 class PredictionTypeError(InputError, ValueError):
@@ -43,10 +40,22 @@ def coerce_text(value: object, question_id: str | None = None, what: str = "pred
     raise PredictionTypeError(f"{what}{where} is not a string (got {type(value).__name__})")
 
 
+@lru_cache(maxsize=1)
+def _stemmer():  # noqa: ANN202 (nltk's type, imported here)
+    """NLTK's Porter stemmer in its default NLTK_EXTENSIONS mode, as both evaluations use.
+
+    Imported on first use: ``import nltk`` loads scipy and scikit-learn (1-2 s), which every process
+    that imports the metrics (each ``memsys run`` start, each sandboxed half) paid without scoring text.
+    """
+    from nltk.stem import PorterStemmer
+
+    return PorterStemmer()
+
+
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """Porter stem of one token (cached: the same words recur across thousands of answers)."""
-    return _STEMMER.stem(word)
+    return _stemmer().stem(word)
 
 
 def stem_tokens(tokens: Sequence[str]) -> list[str]:

@@ -42,7 +42,7 @@ def make_proposers(setup: Any, llm: Any, study: Any) -> dict[str, Proposer]:
         from research.proposers.hybrid import HybridProposer
 
         out["hybrid"] = HybridProposer(llm, study, trials=rc.hybrid_trials, max_tokens=reply_tokens(setup),
-                                       temperature=rc.temperature, batch=rc.batch)
+                                       temperature=rc.temperature, batch=rc.batch, coupled=rc.hybrid_coupled)
     if kind == "random":
         from research.proposers.random_proposer import RandomProposer
 

@@ -1,9 +1,11 @@
 """LLM hypothesis, TPE values: ``research.proposer=hybrid``.
 
 The LLM reads the diagnosis and picks a hypothesis and the levers it is about (a subspace);
-TPE, fed by every evaluated experiment of the run (research.study), then tunes the values of just
-those levers for ``trials`` experiments. The model does what a small model can (say which knob
-addresses which failure) and the sampler what it does well (pick numbers).
+TPE, fed by every evaluated experiment of the run (research.study), then tunes the values of those
+levers, and of the few they are coupled to (``research.levers.coupled_levers``: levers the model
+could not pick because they are dead until its levers move, or that cap them), for ``trials``
+experiments. The model does what a small model can (say which knob addresses which failure) and the
+sampler what it does well (pick numbers).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from research.errors import ProposalFormatError
+from research.levers import coupled_levers
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
 from research.study import SharedStudy, field_levers, overrides_of
@@ -31,9 +34,9 @@ class HybridProposer(Proposer):
     name = "hybrid"
 
     def __init__(self, llm: Any, study: SharedStudy, *, trials: int = 3, max_tokens: int = 384,
-                 temperature: float | None = None, batch: bool = True):
+                 temperature: float | None = None, batch: bool = True, coupled: int = 6):
         self.researcher = LLMProposer(llm, mode="menu", max_tokens=max_tokens, temperature=temperature, batch=batch)
-        self.study, self.trials = study, trials
+        self.study, self.trials, self.coupled = study, trials, coupled
 
     @property
     def llm(self) -> Any:
@@ -90,9 +93,11 @@ class HybridProposer(Proposer):
 
     def _tuned(self, ctx: ResearchContext, head: Proposal | None, current: tuple[str, list[str], str] | None) -> Proposal:
         """TPE values inside the subspace of ``head`` (a new hypothesis) or of ``current``."""
-        if head is not None:
-            hyp, space, tokens, cost = head.hypothesis, head.subspace, head.tokens, head.cost_usd
-            expected = head.expected_effect
+        if head is not None:  # a new hypothesis: its levers, closed over their coupled ones (recorded so)
+            hyp, tokens, cost, expected = head.hypothesis, head.tokens, head.cost_usd, head.expected_effect
+            space = list(head.subspace)
+            if self.coupled > 0 and ctx.memory is not None:
+                space += coupled_levers(ctx.memory, space, reader_free=ctx.reader_free, most=self.coupled)
         else:
             hyp, space, expected = current
             tokens, cost = 0, 0.0

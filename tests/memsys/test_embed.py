@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import CacheError, ModelError
 from memsys.config import EmbedderConfig
-from memsys.embed import CachedEmbedder, SentenceTransformerEmbedder, make_embedder
+from memsys.embed import COMMIT_EVERY, CachedEmbedder, HashingEmbedder, SentenceTransformerEmbedder, make_embedder
 
 TEXTS = [
     "I went to a LGBTQ support group yesterday and it was so powerful.",
@@ -143,3 +143,33 @@ def test_unknown_backend_and_missing_model_folder_are_model_errors(tmp_path):
         make_embedder(EmbedderConfig(backend="nope"))
     with pytest.raises(ModelError, match="not found"):
         SentenceTransformerEmbedder(EmbedderConfig(model_path=str(tmp_path / "no-such-model")))
+
+
+class _DiesOnSecondBatch(HashingEmbedder):
+    """A model that goes away mid-build (as a killed process does) after its first batch."""
+
+    def __init__(self):
+        super().__init__(EmbedderConfig(backend="hashing", dim=32))
+        self.batches = 0
+
+    def _encode(self, texts):
+        self.batches += 1
+        if self.batches > 1:
+            raise KeyboardInterrupt("killed")
+        return super()._encode(texts)
+
+
+def test_a_build_killed_midway_keeps_the_chunks_it_committed(tmp_path):
+    texts = [f"turn {i} of a long conversation" for i in range(COMMIT_EVERY * 2 + 7)]
+    path = tmp_path / "emb.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        CachedEmbedder(_DiesOnSecondBatch(), path).embed(texts)
+    assert rows(path) == COMMIT_EVERY  # the first chunk survived the kill
+
+    resumed = _DiesOnSecondBatch()
+    resumed.batches = -10  # healthy this time
+    vecs = CachedEmbedder(resumed, path).embed(texts)
+    assert resumed.batches == -10 + 2  # only the two chunks not yet committed were embedded
+    assert rows(path) == len(texts)
+    fresh = HashingEmbedder(EmbedderConfig(backend="hashing", dim=32)).embed(texts)
+    np.testing.assert_array_equal(vecs, fresh)

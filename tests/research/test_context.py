@@ -24,6 +24,7 @@ from research.context import (
     excerpt,
     resolved_memory,
     rotation,
+    step_seed,
 )
 from research.state import LoopState
 from research.trajectory import ExperimentRecord
@@ -142,7 +143,7 @@ def test_sections_of_a_retrieval_bound_run(run) -> None:
     assert list(ctx.files)[0] == rotation(RETRIEVAL_FILES, 4)[0]
     assert set(ctx.files) <= set(RETRIEVAL_FILES)
     assert isinstance(ctx.memory, MemoryConfig) and ctx.memory.retrieval.merge == "dense_only"
-    assert ctx.seed == 4 + 7 and ctx.failed_questions == []
+    assert ctx.seed == step_seed(7, 4) and ctx.failed_questions == []
 
 
 def test_reader_bound_run_shows_the_answer_prompt_and_generation(run) -> None:
@@ -239,3 +240,13 @@ def test_a_preset_key_the_schema_lacks_still_resolves() -> None:
     assert resolved_memory("retrieval: {top_k: 7}").retrieval.top_k == 7
     loose = resolved_memory("retrieval: {top_k: 7, new_knob: 1}")
     assert loose.retrieval.new_knob == 1 and loose.retrieval.dense_k == MemoryConfig().retrieval.dense_k
+
+
+def test_step_seeds_of_different_run_seeds_never_meet() -> None:
+    steps = range(3 * 60)  # a 60-experiment budget at the proposal cap
+    streams = [{step_seed(run, i) for i in steps} for run in range(5)]
+    for a in range(5):
+        for b in range(a + 1, 5):
+            assert not streams[a] & streams[b], (a, b)
+    assert [step_seed(0, i) for i in steps] == list(steps)  # seed-0 runs replay as before
+    assert 100 * step_seed(4000, 3 * 1000) + 99 < 2**32  # the researcher's derived seeds stay in 32 bits

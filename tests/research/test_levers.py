@@ -31,6 +31,7 @@ from research.levers import (
     SPAN_CAPS,
     Lever,
     catalogue,
+    coupled_levers,
     effective_key,
     effective_view,
     get_path,
@@ -447,3 +448,34 @@ def test_ingest_lever_reaches_the_reader_through_a_rebuilt_store(reader_inputs):
     strict = replace(cfg, ingest=replace(cfg.ingest, text=replace(cfg.ingest.text, reject_above=0.3)))
     assert reader_inputs.store(strict) != reader_inputs.store(cfg)
     assert reader_inputs(strict) != reader_inputs(cfg)
+
+
+def probe(lv):
+    return lv.grid() if lv.kind != "float" else [lv.low, lv.high]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_coupled_levers_are_what_a_change_of_the_chosen_ones_wakes_or_uncaps(preset):
+    cfg = load_memory_config(preset)
+    fields = {lv.id: lv for lv in catalogue() if not lv.is_macro}
+    for chosen in [lv.id for lv in live_levers(cfg, reader_free=True) if lv.id in fields]:
+        extra = coupled_levers(cfg, [chosen], reader_free=True, most=50)
+        assert chosen not in extra and len(set(extra)) == len(extra) and set(extra) <= set(fields)
+        assert all(not lever.startswith("answer.") for lever in extra)  # reader-only levers stay out when reader-free
+        ch = fields[chosen]
+        worlds = [cfg, *(ch.apply(cfg, v) for v in probe(ch))]
+        woken = [i for i in extra if not fields[i].live_if(cfg) and any(fields[i].live_if(w) for w in worlds[1:])]
+        capped = [x for x in (ch, *(fields[i] for i in woken)) if x.cap is not None]
+        for lever in set(extra) - set(woken):  # the rest each move the cap of the chosen or of a woken lever
+            lv = fields[lever]
+            assert any(x.span(lv.apply(w, v)) != x.span(w) for x in capped if x is not lv for w in worlds
+                       for v in probe(lv)), (preset, chosen, lever)
+    assert coupled_levers(cfg, [], reader_free=True) == []
+
+
+def test_coupled_levers_on_naive_bring_bm25_with_the_merge_and_the_cap_with_the_depth():
+    naive = load_memory_config("naive")
+    assert {"retrieval.sparse_k", "retrieval.rrf_k", "retrieval.linear_alpha", "retrieval.top_k"} <= \
+        set(coupled_levers(naive, ["retrieval.merge"], most=50))
+    assert coupled_levers(naive, ["retrieval.dense_k"])[0] == "retrieval.top_k"  # top_k cuts dense_k under dense_only
+    assert len(coupled_levers(naive, ["retrieval.merge"], most=2)) == 2

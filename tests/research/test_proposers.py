@@ -129,8 +129,9 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
     study = SharedStudy(seed=0)
     hybrid = HybridProposer(client, study, trials=3)
     first = hybrid.propose(ctx_for(naive, seed=2))
-    assert first.subspace == ["retrieval.dense_k", "retrieval.top_k"] and first.tokens > 0
-    assert {o.split("=")[0] for o in first.config_overrides} == {"retrieval.dense_k", "retrieval.top_k"}
+    # the model's levers, then the one that caps them both under dense_only: a merge with BM25 hits
+    assert first.subspace == ["retrieval.dense_k", "retrieval.top_k", "retrieval.merge"] and first.tokens > 0
+    assert {o.split("=")[0] for o in first.config_overrides} == set(first.subspace)
     sent = server.chat_requests[0]["response_format"]["json_schema"]["schema"]["properties"]["levers"]["items"]["enum"]
     assert "retrieval.sparse_k" not in sent and "retrieval.dense_k" in sent
     # iterating on the same hypothesis: TPE only, no new LLM call
@@ -144,6 +145,18 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
     history = [dataclasses.replace(rec, index=i, experiment_id=f"exp-00{i}") for i in (1, 2, 3)]
     third = hybrid.propose(ctx_for(naive, seed=4, mode="iterate", history=history, hyp="widen dense"))
     assert third.hypothesis == "graph" and len(server.chat_requests) == 2
+
+
+def test_hybrid_tunes_the_levers_a_merge_change_brings_to_life(naive, server, client) -> None:
+    """Under naive's dense_only the menu cannot offer sparse_k (dead): picking the merge must bring it."""
+    server.enqueue(Reply.of_json({"hypothesis": "add BM25", "targets": "retrieval_miss", "why": "keyword misses",
+                                  "levers": ["retrieval.merge"]}))
+    prop = HybridProposer(client, SharedStudy(seed=0), trials=3).propose(ctx_for(naive, seed=5))
+    assert prop.subspace[0] == "retrieval.merge" and len(prop.subspace) <= 1 + 6
+    assert {"retrieval.sparse_k", "retrieval.rrf_k", "retrieval.top_k"} <= set(prop.subspace)
+    sent = server.chat_requests[0]["response_format"]["json_schema"]["schema"]["properties"]["levers"]["items"]["enum"]
+    assert "retrieval.sparse_k" not in sent  # the model could not have named it
+    assert static_noop(naive, prop.config_overrides) is None
 
 
 def test_hybrid_reply_without_a_live_lever_is_a_format_error(naive, server, client) -> None:
@@ -240,7 +253,7 @@ def test_hybrid_batch_asks_k_hypotheses_once_and_tunes_each(naive, server, clien
     server.enqueue(Reply.of_json({"proposals": [
         {"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "w", "levers": ["retrieval.dense_k"]},
         {"hypothesis": "graph", "targets": "retrieval_miss", "why": "w", "levers": ["graph.enabled"]}]}))
-    hybrid = HybridProposer(client, SharedStudy(seed=0), trials=3)
+    hybrid = HybridProposer(client, SharedStudy(seed=0), trials=3, coupled=0)  # the model's levers only
     props = hybrid.propose_batch(ctx_for(naive, seed=2), 2)
     assert len(server.chat_requests) == 1 and _batch_items(server.chat_requests[0])["maxItems"] == 2
     assert [p.hypothesis for p in props] == ["widen dense", "graph"] and [p.seed for p in props] == [2, 3]

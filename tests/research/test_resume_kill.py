@@ -27,7 +27,7 @@ from tests.support.loop import git
 EXPERIMENTS = 6  # evaluated experiments (screened-out proposals do not spend the budget)
 MAX_PROPOSALS = 3 * EXPERIMENTS  # research.loop.max_proposals_factor (default 3) x the budget
 EVALUATED = ("proceed", "iterate", "pivot")
-KILLS = 8  # one before the baseline is recorded, then seven at seeded moments (each life pays ~5 s of imports)
+KILLS = 10  # one before the baseline is recorded, then nine at seeded moments (each life pays ~3 s of imports)
 SEED = 20260113
 POLL_S = 0.005
 LIFE_TIMEOUT_S = 300.0  # one process, killed or not (a cold store build takes about a minute on 2 cores)
