@@ -81,7 +81,7 @@ class ResearcherConfig:
     max_tokens: int = 0  # reply cap; 0: 384 for the menu, 1024 for code
     max_changes: int = 2  # lever changes per menu reply
     hybrid_trials: int = 3  # TPE trials per LLM hypothesis under research.proposer=hybrid
-    hybrid_coupled: int = 6  # levers TPE tunes beside the LLM's: those its levers bring to life or un-cap; 0 = none
+    hybrid_coupled: int = 0  # levers TPE also tunes beside the LLM's: those its levers wake or un-cap; 0 = none
     batch: bool = True  # research.parallel=K: one request for K different hypotheses; false: K single requests
 
 

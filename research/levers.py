@@ -334,7 +334,7 @@ def coupled_levers(cfg: MemoryConfig, chosen: Sequence[str], *, reader_free: boo
         for world in worlds:
             for lv in (x for x in levers if x.cap is not None):
                 span = lv.span(world)
-                out |= {f.id for f in fields if f is not lv and any(lv.span(f.apply(world, v)) != span for v in _probes(f))}
+                out |= {f.id for f in fields if f is not lv and any(lv.span(f.apply(world, v))[1] > span[1] for v in _probes(f))}
         return out
 
     in_order = [lv.id for lv in fields]

@@ -2,9 +2,10 @@
 
 The LLM reads the diagnosis and picks a hypothesis and the levers it is about (a subspace);
 TPE, fed by every evaluated experiment of the run (research.study), then tunes the values of those
-levers, and of the few they are coupled to (``research.levers.coupled_levers``: levers the model
-could not pick because they are dead until its levers move, or that cap them), for ``trials``
-experiments. The model does what a small model can (say which knob addresses which failure) and the
+levers for ``trials`` experiments; with ``coupled`` > 0 also of up to that many levers they are
+coupled to (``research.levers.coupled_levers``: dead until the chosen levers move, so the menu could
+not offer them, or capping them). Off by default: in the quickstart it let TPE move the merge away
+from a good one while refining (docs/figures.md). The model does what a small model can (say which knob addresses which failure) and the
 sampler what it does well (pick numbers).
 """
 
@@ -34,7 +35,7 @@ class HybridProposer(Proposer):
     name = "hybrid"
 
     def __init__(self, llm: Any, study: SharedStudy, *, trials: int = 3, max_tokens: int = 384,
-                 temperature: float | None = None, batch: bool = True, coupled: int = 6):
+                 temperature: float | None = None, batch: bool = True, coupled: int = 0):
         self.researcher = LLMProposer(llm, mode="menu", max_tokens=max_tokens, temperature=temperature, batch=batch)
         self.study, self.trials, self.coupled = study, trials, coupled
 

@@ -127,7 +127,7 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
     server.enqueue(Reply.of_json({"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "misses",
                                   "levers": ["retrieval.dense_k", "retrieval.top_k", "retrieval.top_k"]}))
     study = SharedStudy(seed=0)
-    hybrid = HybridProposer(client, study, trials=3)
+    hybrid = HybridProposer(client, study, trials=3, coupled=6)
     first = hybrid.propose(ctx_for(naive, seed=2))
     # the model's levers, then the one that caps them both under dense_only: a merge with BM25 hits
     assert first.subspace == ["retrieval.dense_k", "retrieval.top_k", "retrieval.merge"] and first.tokens > 0
@@ -151,7 +151,7 @@ def test_hybrid_tunes_the_levers_a_merge_change_brings_to_life(naive, server, cl
     """Under naive's dense_only the menu cannot offer sparse_k (dead): picking the merge must bring it."""
     server.enqueue(Reply.of_json({"hypothesis": "add BM25", "targets": "retrieval_miss", "why": "keyword misses",
                                   "levers": ["retrieval.merge"]}))
-    prop = HybridProposer(client, SharedStudy(seed=0), trials=3).propose(ctx_for(naive, seed=5))
+    prop = HybridProposer(client, SharedStudy(seed=0), trials=3, coupled=6).propose(ctx_for(naive, seed=5))
     assert prop.subspace[0] == "retrieval.merge" and len(prop.subspace) <= 1 + 6
     assert {"retrieval.sparse_k", "retrieval.rrf_k", "retrieval.top_k"} <= set(prop.subspace)
     sent = server.chat_requests[0]["response_format"]["json_schema"]["schema"]["properties"]["levers"]["items"]["enum"]
@@ -253,7 +253,7 @@ def test_hybrid_batch_asks_k_hypotheses_once_and_tunes_each(naive, server, clien
     server.enqueue(Reply.of_json({"proposals": [
         {"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "w", "levers": ["retrieval.dense_k"]},
         {"hypothesis": "graph", "targets": "retrieval_miss", "why": "w", "levers": ["graph.enabled"]}]}))
-    hybrid = HybridProposer(client, SharedStudy(seed=0), trials=3, coupled=0)  # the model's levers only
+    hybrid = HybridProposer(client, SharedStudy(seed=0), trials=3)  # the default: the model's levers only
     props = hybrid.propose_batch(ctx_for(naive, seed=2), 2)
     assert len(server.chat_requests) == 1 and _batch_items(server.chat_requests[0])["maxItems"] == 2
     assert [p.hypothesis for p in props] == ["widen dense", "graph"] and [p.seed for p in props] == [2, 3]
