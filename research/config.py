@@ -104,12 +104,13 @@ class RayConfig:
     # with the embedded model (llm.backend=local): auto = each node's readers use that node's own server
     # (research.node_llm; cache and budget stay at the driver's gateway) | driver = all use the driver's
     node_llm: str = "auto"
+    connect_attempts: int = 3  # tries at joining ``address`` when the connection itself fails
 
     def __post_init__(self) -> None:
         if self.cpus_per_eval <= 0 or self.max_retries < 0 or (self.num_cpus is not None and self.num_cpus < 1) \
-                or self.node_cache_keep < 0:
+                or self.node_cache_keep < 0 or self.connect_attempts < 1:
             raise ConfigError("research.ray: cpus_per_eval must be > 0, max_retries >= 0, num_cpus >= 1, "
-                              "node_cache_keep >= 0")
+                              "node_cache_keep >= 0, connect_attempts >= 1")
         for name, value in (("ship", self.ship), ("gateway_relay", self.gateway_relay)):
             if value not in RAY_MODES:
                 raise ConfigError(f"research.ray.{name} must be {' | '.join(RAY_MODES)}, got {value!r}")

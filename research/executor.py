@@ -39,6 +39,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, Sequence
 
@@ -221,18 +222,33 @@ def _failed(task: UntrustedTask, exc: Exception) -> ExecutorError:
     return ExecutorError(f"{task.label or 'evaluation'}: the Ray task failed on every try ({type(exc).__name__}: {first})")
 
 
-def _start_ray(ray: object, cfg: "RayConfig") -> None:
-    """Connect to ``cfg.address``, or start a local instance with this machine's cores (or ``num_cpus``)."""
-    try:
-        if cfg.address:
-            ray.init(address=cfg.address, log_to_driver=False, logging_level=logging.WARNING)
-        else:
-            # address="local": a new instance of our own, never a cluster another process left running here
-            ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False,
-                     log_to_driver=False, logging_level=logging.WARNING)
-    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError
-        where = cfg.address or "a local instance"
-        raise ExecutorError(f"could not start Ray on {where}: {' '.join(str(exc).split())[:300]}") from exc
+def _start_ray(ray: Any, cfg: "RayConfig", *, pause_s: float = 1.0) -> None:
+    """Connect to ``cfg.address``, or start a local instance with this machine's cores (or ``num_cpus``).
+
+    A cluster connection that fails as a connection (Ray's client proxy forks a server per client, and that
+    fork can die at birth while gRPC threads run) is tried ``cfg.connect_attempts`` times, with a growing
+    pause: such a failure says nothing about the cluster, and a run should not end on it."""
+    attempts = cfg.connect_attempts if cfg.address else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            if cfg.address:
+                ray.init(address=cfg.address, log_to_driver=False, logging_level=logging.WARNING)
+            else:
+                # address="local": a new instance of our own, never a cluster another process left running here
+                ray.init(address="local", num_cpus=cfg.num_cpus or os.cpu_count() or 1, include_dashboard=False,
+                         log_to_driver=False, logging_level=logging.WARNING)
+            break
+        except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError
+            where = cfg.address or "a local instance"
+            reason = " ".join(str(exc).split())[:300]
+            if attempt < attempts and isinstance(exc, ConnectionError):
+                log.warning("ray: connecting to %s failed (attempt %d of %d), trying again: %s",
+                            where, attempt, attempts, reason[:160])
+                ray.shutdown()
+                time.sleep(pause_s * attempt)
+                continue
+            tried = f" after {attempt} attempts" if attempt > 1 else ""
+            raise ExecutorError(f"could not start Ray on {where}{tried}: {reason}") from exc
     log.info("ray: %s", ray.cluster_resources())
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.errors import ConfigError
 from research.config import ExecutionConfig, RayConfig
 from research.errors import ExecutorError
 from research.executor import LocalExecutor, RayExecutor, make_executor
@@ -53,6 +54,51 @@ def test_bad_executor_name_fails_at_compose_time():
         ExecutionConfig(executor="slurm")
     assert KIND_TO_CLASS[ExecutorError.kind] is FailureClass.INFRASTRUCTURE
 
+
+
+class _FlakyClientRay:
+    """Stands in for the ``ray`` module at connect time (a third-party library, not our code): its client
+    proxy answers the first ``failures`` joins the way Ray 2.60's does when the per-client server it forks
+    dies at birth (seen in CI: "Starting Ray client server failed")."""
+
+    def __init__(self, failures: int, error: type[Exception] = ConnectionAbortedError) -> None:
+        self.failures, self.error, self.inits, self.shutdowns = failures, error, [], 0
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+        if len(self.inits) <= self.failures:
+            raise self.error("Initialization failure from server: Starting Ray client server failed.")
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+    def cluster_resources(self):
+        return {"CPU": 2.0}
+
+
+def test_a_client_join_that_fails_as_a_connection_is_tried_again():
+    from research.executor import _start_ray
+
+    flaky = _FlakyClientRay(failures=2)
+    _start_ray(flaky, RayConfig(address="ray://127.0.0.1:10001", connect_attempts=3), pause_s=0.0)
+    assert len(flaky.inits) == 3 and flaky.shutdowns == 2
+    assert {i["address"] for i in flaky.inits} == {"ray://127.0.0.1:10001"}
+
+
+def test_a_join_that_keeps_failing_says_how_often_it_tried_and_why():
+    from research.executor import _start_ray
+
+    flaky = _FlakyClientRay(failures=5)
+    with pytest.raises(ExecutorError, match=r"ray://h:1 after 3 attempts: .*Starting Ray client server failed"):
+        _start_ray(flaky, RayConfig(address="ray://h:1", connect_attempts=3), pause_s=0.0)
+    assert len(flaky.inits) == 3
+    # an error that is not a connection's (a bad address, a version mismatch) is not retried
+    wrong = _FlakyClientRay(failures=5, error=ValueError)
+    with pytest.raises(ExecutorError, match=r"could not start Ray on ray://h:1: "):
+        _start_ray(wrong, RayConfig(address="ray://h:1", connect_attempts=3), pause_s=0.0)
+    assert len(wrong.inits) == 1
+    with pytest.raises(ConfigError, match="connect_attempts >= 1"):
+        RayConfig(connect_attempts=0)
 
 @pytest.mark.slow
 def test_ray_local_instance_returns_the_answers(tmp_path):

@@ -145,6 +145,27 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
     history = [dataclasses.replace(rec, index=i, experiment_id=f"exp-00{i}") for i in (1, 2, 3)]
     third = hybrid.propose(ctx_for(naive, seed=4, mode="iterate", history=history, hyp="widen dense"))
     assert third.hypothesis == "graph" and len(server.chat_requests) == 2
+    offered = server.chat_requests[1]["response_format"]["json_schema"]["schema"]["properties"]["levers"]["items"]["enum"]
+    assert not set(first.subspace) & set(offered)  # tuned three times without a gain: not offered again
+    assert "not offered now: retrieval.top_k, retrieval.dense_k" in server.chat_requests[1]["messages"][-1]["content"]
+
+
+def test_a_new_hypothesis_is_offered_only_levers_not_yet_tuned_from_the_best(naive) -> None:
+    from research.proposers.hybrid import untried_levers
+
+    ids = [lv.id for lv in live_levers(naive, reader_free=True) if lv.id in {f.id for f in field_levers()}]
+    rec = lambda i, decision, space, who="hybrid": ExperimentRecord(  # noqa: E731
+        "r", i, f"exp-{i:03d}", who, "c", hypothesis=f"h{i}", subspace=space, decision=decision)
+    dense = ["retrieval.dense_k", "retrieval.top_k"]
+    # two hypotheses since the last gain: both of their levers are spent; what came before the gain is not
+    history = [rec(0, "baseline", []), rec(1, "iterate", ["graph.enabled"]), rec(2, "proceed", ["graph.enabled"]),
+               rec(3, "iterate", dense), rec(4, "pivot", ["retrieval.merge"]), rec(5, "rejected", [], "optuna")]
+    offered, spent = untried_levers(ids, history)
+    assert set(spent) == {*dense, "retrieval.merge"} and "graph.enabled" in offered
+    assert offered + spent == [i for i in ids if i in offered] + [i for i in ids if i in spent]  # menu order kept
+    assert untried_levers(ids, history[:3]) == (ids, [])  # right after a gain: everything again
+    # every live lever spent: offering nothing would end the run, so everything is offered again
+    assert untried_levers(ids, [rec(0, "baseline", []), rec(1, "pivot", ids)]) == (ids, [])
 
 
 def test_hybrid_tunes_the_levers_a_merge_change_brings_to_life(naive, server, client) -> None:

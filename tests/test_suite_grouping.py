@@ -1,0 +1,53 @@
+"""The test command's promise that tests sharing an expensive module fixture run on one worker.
+
+``scripts/test.sh`` runs ``--dist loadgroup``: a module marked ``xdist_group`` (a Ray cluster, a recorded
+loop run) builds its fixture once. When a pytest / pytest-xdist pair stops honouring the mark, nothing
+fails: the fixture is silently built on every worker, the suite slows by minutes, and two Ray clusters
+on one machine race for the client-server port. This runs a real pytest-xdist session to catch that.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+GROUPED = '''
+import os, time, pytest
+pytestmark = pytest.mark.xdist_group("one")
+
+@pytest.fixture(scope="module")
+def built():
+    return os.environ["PYTEST_XDIST_WORKER"]
+
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(built, i):
+    time.sleep(0.2)
+    assert os.environ["PYTEST_XDIST_WORKER"] == built
+    with open(os.environ["GROUP_LOG"], "a") as log:
+        log.write(built + "\\n")
+'''
+
+UNGROUPED = '''
+import time
+
+def test_other_a():
+    time.sleep(0.2)
+
+def test_other_b():
+    time.sleep(0.2)
+'''
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    (tmp_path / "test_ungrouped.py").write_text(UNGROUPED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")  # a root of its own: not this repo's conftest or options
+    log = tmp_path / "workers.log"
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
+                          str(tmp_path)], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "GROUP_LOG": str(log)})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    workers = log.read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, f"the group ran on {sorted(set(workers))}: see the module docstring"
