@@ -25,6 +25,8 @@ edit a scratch copy of the project (runs/bench/proposers-repo-<stamp>), never th
     python -m research.perf.bench_proposers --dry-run --runs bench-llm-0-0912,bench-optuna-0-0912
 
 ``--dry-run`` runs nothing: it only reads the run folders named by ``--runs`` (ids under runs/ or paths).
+``--paired a,b`` also compares proposer a's best config with b's, seed by seed, on the same dev questions
+(the per-question scores of each best's own evaluation; research.stats.paired_test), and the seeds pooled.
 This script drives research/ (an entry point, not part of the scorer package).
 """
 
@@ -81,6 +83,7 @@ class RunStats:
     returncode: int | None = None  # of the `memsys run` subprocess (None: only read, --dry-run)
     run_wall_s: float | None = None  # of the subprocess
     warnings: list[str] = field(default_factory=list)
+    run_dir: str = ""
 
 
 def best_curve(records: Sequence[ExperimentRecord]) -> list[float | None]:
@@ -177,7 +180,66 @@ def read_run(run_dir: Path) -> RunStats:
         except (OSError, json.JSONDecodeError) as exc:
             run.warnings.append(f"{confirmation_file}: unreadable ({exc}); ignored")
     proposer, seed = identify(run.run_id, run.config, run.records)
-    return run_stats(run.run_id, proposer, seed, run.records, state, run.warnings)
+    stats = run_stats(run.run_id, proposer, seed, run.records, state, run.warnings)
+    stats.run_dir = str(run_dir)
+    return stats
+
+
+def best_scores(run_dir: Path) -> dict[str, float]:
+    """Per-question scores of a run's best config on its own dev evaluation: the last accepted experiment
+    (where the best ref points), else the baseline. InputError-like ValueError when its rows are gone."""
+    from research.report import load_run
+    from research.stats import per_question
+
+    run = load_run(Path(run_dir))
+    kept = [r for r in run.records if r.decision in ("baseline", "proceed") and r.eval_dir]
+    if not kept:
+        raise ValueError(f"{run_dir}: no evaluated baseline or accepted experiment")
+    best = kept[-1]
+    path = Path(run_dir) / best.eval_dir / "predictions.jsonl"
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from exc
+    return per_question(best.objective, rows)
+
+
+def paired_between(runs: Sequence[RunStats], a: str, b: str) -> dict[str, Any]:
+    """a's best minus b's best on the same questions, per seed both ran, and over those seeds pooled (each
+    (seed, question) a unit: the mean difference of a seed-averaged comparison)."""
+    from research.stats import paired_test
+
+    by = {(r.proposer, r.seed): r for r in runs if r.run_dir}
+    seeds = sorted({s for p, s in by if p == a and (b, s) in by}, key=lambda s: (s is None, s))
+    out: dict[str, Any] = {"a": a, "b": b, "seeds": {}, "pooled": None, "warnings": []}
+    pooled_a: dict[str, float] = {}
+    pooled_b: dict[str, float] = {}
+    for seed in seeds:
+        try:
+            sa, sb = best_scores(Path(by[(a, seed)].run_dir)), best_scores(Path(by[(b, seed)].run_dir))
+        except ValueError as exc:
+            out["warnings"].append(str(exc))
+            continue
+        out["seeds"][str(seed)] = paired_test(sa, sb).to_dict()
+        pooled_a.update({f"{seed}:{q}": v for q, v in sa.items()})
+        pooled_b.update({f"{seed}:{q}": v for q, v in sb.items()})
+    if len(out["seeds"]) > 1:
+        out["pooled"] = paired_test(pooled_a, pooled_b).to_dict()
+    return out
+
+
+def paired_lines(paired: dict[str, Any]) -> str:
+    """The comparison as markdown lines (difference, 95% CI, one-sided p that a is better / worse, n)."""
+    a, b = paired["a"], paired["b"]
+    lines = [f"\n## {a} best - {b} best, same dev questions (paired)\n"]
+    items = [(f"seed {s}", t) for s, t in paired["seeds"].items()]
+    if paired["pooled"]:
+        items.append(("seeds pooled", paired["pooled"]))
+    for label, t in items:
+        lines.append(f"- {label}: {t['mean_delta']:+.4f} [{t['ci_low']:+.4f}, {t['ci_high']:+.4f}], "
+                     f"p_better {t['p_better']:.4g}, p_worse {t['p_worse']:.4g}, n {t['n']}")
+    lines += [f"- warning: {w}" for w in paired["warnings"]]
+    return "\n".join(lines) + "\n"
 
 
 # --- across seeds -------------------------------------------------------------------
@@ -283,16 +345,18 @@ def plot_curves(rows: Sequence[ProposerStats], runs: Sequence[RunStats], path: P
     return path
 
 
-def write_outputs(runs: Sequence[RunStats], setup: dict[str, Any], out: Path, order: Sequence[str] = ()) -> list[Path]:
+def write_outputs(runs: Sequence[RunStats], setup: dict[str, Any], out: Path, order: Sequence[str] = (),
+                  paired: dict[str, Any] | None = None) -> list[Path]:
     """The JSON, PNG and markdown of a comparison; returns their paths."""
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = group(runs, order)
     objective = next((r.objective for r in runs if r.objective), "objective")
     png, md = out.with_suffix(".png"), out.with_suffix(".md")
     plot_curves(rows, runs, png, objective)
-    md.write_text(f"# Proposer comparison ({objective})\n\n{markdown_table(rows, objective)}", encoding="utf-8")
+    extra = paired_lines(paired) if paired else ""
+    md.write_text(f"# Proposer comparison ({objective})\n\n{markdown_table(rows, objective)}{extra}", encoding="utf-8")
     data = {"setup": setup, "objective": objective, "proposers": [asdict(r) for r in rows],
-            "runs": [asdict(r) for r in runs], "figure": str(png), "table": str(md)}
+            "runs": [asdict(r) for r in runs], "paired": paired, "figure": str(png), "table": str(md)}
     out.write_text(json.dumps(data, indent=2), encoding="utf-8")
     return [out, png, md]
 
@@ -333,6 +397,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
     ap.add_argument("--out", type=Path, default=None, help=f"JSON path (default: runs/bench/{OUT_NAME}.json)")
     ap.add_argument("--dry-run", action="store_true", help="run nothing: read the run folders given by --runs")
     ap.add_argument("--runs", default="", help="--dry-run: comma-separated run ids (under runs/) or folders")
+    ap.add_argument("--paired", default="", help="a,b: a's best config against b's per seed, same dev questions")
     a, rest = ap.parse_known_args(argv)
     extra = [w for w in rest if "=" in w and not w.startswith("-")]
     unknown = [w for w in rest if w not in extra]
@@ -340,6 +405,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, l
         ap.error(f"unrecognized arguments: {' '.join(unknown)} (overrides are key=value words)")
     if a.dry_run and not _words(a.runs):
         ap.error("--dry-run reads existing runs: give them with --runs a,b,c")
+    if a.paired and len(_words(a.paired)) != 2:
+        ap.error(f"--paired takes two proposers, a,b (got {a.paired!r})")
     return a, extra
 
 
@@ -377,7 +444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 runs.append(stats)
                 print(f"{run_id}: exit {rc} in {wall:.0f}s; best {_f(stats.final_best)} "
                       f"(gain {_f(stats.gain, sign=True)})", flush=True)
-    paths = write_outputs(runs, setup, out, proposers)
+    paired = paired_between(runs, *_words(a.paired)) if a.paired else None
+    paths = write_outputs(runs, setup, out, proposers, paired)
     print(Path(paths[2]).read_text(encoding="utf-8"))
     for label, path in zip(("json", "figure", "table"), paths):
         print(f"{label}: {path}")

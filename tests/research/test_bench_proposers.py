@@ -166,3 +166,43 @@ def test_the_run_command_composes_with_the_real_config() -> None:
     assert setup.research.confirm.enabled is False
     assert (setup.eval.eval.reader, setup.eval.eval.split, setup.eval.eval.sample) == ("none", "dev", "tiny")
     assert setup.eval.eval.run_id == "bench-hybrid-2-x"
+
+
+def _predictions(run_dir: Path, eval_dir: str, hits: list[bool]) -> None:
+    """A best config's own evaluation: one scorer row per question, evidence found or not (recall_at_10)."""
+    d = run_dir / eval_dir
+    d.mkdir(parents=True)
+    rows = [{"question_id": f"q{i}", "category": "1", "evidence": ["D1:1"],
+             "retrieved_ids": ["D1:1"] if hit else ["D9:9"]} for i, hit in enumerate(hits)]
+    (d / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_paired_compares_two_proposers_bests_on_the_same_questions(tmp_path: Path, monkeypatch, capsys) -> None:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("MEMSYS_RUNS_DIR", str(root))
+    n = 40
+    # seed 0: a's best finds 30 of 40, b's 20 of 40 (the same first 20 and 10 more); seed 1: both find 25
+    plans = {("hybrid", 0): 30, ("optuna", 0): 20, ("hybrid", 1): 25, ("optuna", 1): 25}
+    ids = []
+    for (proposer, seed), found in plans.items():
+        run_id = f"bench-{proposer}-{seed}-0101-120000"
+        d = write_run(root, run_id, [
+            rec(run_id, 0, "baseline", 0.1, eval_dir="evals/exp-000"),
+            rec(run_id, 1, "proceed", found / n, 0.1, proposer=proposer, eval_dir="evals/exp-001"),
+            rec(run_id, 2, "iterate", 0.05, found / n, proposer=proposer, eval_dir="evals/exp-002"),
+        ], config={"research": {"proposer": proposer, "seed": seed}})
+        _predictions(d, "evals/exp-000", [i < 4 for i in range(n)])
+        _predictions(d, "evals/exp-001", [i < found for i in range(n)])  # the best: the last accepted
+        _predictions(d, "evals/exp-002", [i < 2 for i in range(n)])
+        ids.append(run_id)
+    out = tmp_path / "p.json"
+    assert main(["--dry-run", "--runs", ",".join(ids), "--paired", "hybrid,optuna", "--out", str(out)]) == 0
+    paired = json.loads(out.read_text())["paired"]
+    assert (paired["a"], paired["b"], paired["warnings"]) == ("hybrid", "optuna", [])
+    s0, s1, pooled = paired["seeds"]["0"], paired["seeds"]["1"], paired["pooled"]
+    assert s0["n"] == n and s0["mean_delta"] == pytest.approx(10 / n) and s0["p_better"] < 0.01
+    assert s1["mean_delta"] == 0 and s1["p_better"] == 1
+    assert pooled["n"] == 2 * n and pooled["mean_delta"] == pytest.approx(10 / (2 * n))
+    assert "- seed 0: +0.2500 [" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit):
+        main(["--dry-run", "--runs", ids[0], "--paired", "hybrid"])
