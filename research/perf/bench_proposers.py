@@ -187,7 +187,8 @@ def read_run(run_dir: Path) -> RunStats:
 
 def best_scores(run_dir: Path) -> dict[str, float]:
     """Per-question scores of a run's best config on its own dev evaluation: the last accepted experiment
-    (where the best ref points), else the baseline. InputError-like ValueError when its rows are gone."""
+    (where the best ref points), else the baseline. ValueError when its scored rows are gone."""
+    from research.diagnosis import read_rows
     from research.report import load_run
     from research.stats import per_question
 
@@ -196,11 +197,9 @@ def best_scores(run_dir: Path) -> dict[str, float]:
     if not kept:
         raise ValueError(f"{run_dir}: no evaluated baseline or accepted experiment")
     best = kept[-1]
-    path = Path(run_dir) / best.eval_dir / "predictions.jsonl"
-    try:
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc})") from exc
+    rows = read_rows(Path(run_dir) / best.eval_dir)
+    if not rows:
+        raise ValueError(f"{Path(run_dir) / best.eval_dir}: no scored rows (predictions.jsonl missing or empty)")
     return per_question(best.objective, rows)
 
 

@@ -55,7 +55,6 @@ def test_bad_executor_name_fails_at_compose_time():
     assert KIND_TO_CLASS[ExecutorError.kind] is FailureClass.INFRASTRUCTURE
 
 
-
 class _FlakyClientRay:
     """Stands in for the ``ray`` module at connect time (a third-party library, not our code): its client
     proxy answers the first ``failures`` joins the way Ray 2.60's does when the per-client server it forks
@@ -99,6 +98,7 @@ def test_a_join_that_keeps_failing_says_how_often_it_tried_and_why():
     assert len(wrong.inits) == 1
     with pytest.raises(ConfigError, match="connect_attempts >= 1"):
         RayConfig(connect_attempts=0)
+
 
 @pytest.mark.slow
 def test_ray_local_instance_returns_the_answers(tmp_path):
