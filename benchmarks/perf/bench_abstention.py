@@ -33,10 +33,10 @@ from memsys.retrieve.support import speaker_margin
 THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 
 
-def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str, float | None]]:
-    """(category, margin) for every question of the split."""
+def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str, str, float | None]]:
+    """(question id, category, margin) for every question of the split."""
     bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
-    out: list[tuple[str, float | None]] = []
+    out: list[tuple[str, str, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="bench-abstain-") as tmp:
         for conv in bench.conversations:
             mem = Memory.create(Path(tmp) / conv.id, preset, overrides=[*overrides, "memory.answer.abstain=off"])
@@ -44,19 +44,19 @@ def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str
                      for s in conv.sessions for t in s.turns])
             for q in tqdm(conv.questions, desc=conv.id, unit="q"):
                 r = mem.retrieve(q.question)
-                out.append((q.category, speaker_margin(q.question, r.candidates, mem.retriever.speakers,
+                out.append((q.id, q.category, speaker_margin(q.question, r.candidates, mem.retriever.speakers,
                                                        mem.embedder.embed)))
             mem.close()
     return out
 
 
-def sweep(rows: list[tuple[str, float | None]], reader_f1: float) -> list[dict[str, Any]]:
-    n5 = sum(c == "5" for c, _ in rows)
+def sweep(rows: list[tuple[str, str, float | None]], reader_f1: float) -> list[dict[str, Any]]:
+    n5 = sum(c == "5" for _, c, _ in rows)
     n14 = len(rows) - n5
     table = []
     for t in THRESHOLDS:
-        a5 = sum(c == "5" and m is not None and m < -t for c, m in rows)
-        a14 = sum(c != "5" and m is not None and m < -t for c, m in rows)
+        a5 = sum(c == "5" and m is not None and m < -t for _, c, m in rows)
+        a14 = sum(c != "5" and m is not None and m < -t for _, c, m in rows)
         table.append({"margin": t, "cat5_abstained": round(a5 / n5, 4), "cat1_4_abstained": round(a14 / n14, 4),
                       "est_cat1_4_f1_lost": round(reader_f1 * a14 / n14, 4),
                       "est_all_honest_delta": round((a5 - reader_f1 * a14) / len(rows), 4)})
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = sweep(rows, args.reader_f1)
     best = max(table, key=lambda r: r["est_all_honest_delta"])
     report = {"split": args.split, "preset": args.preset, "reader_f1": args.reader_f1, "n": len(rows),
-              "named_one_speaker": sum(m is not None for _, m in rows), "sweep": table, "best": best}
+              "named_one_speaker": sum(m is not None for _, _, m in rows), "sweep": table, "best": best}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(report, indent=2))
