@@ -28,7 +28,6 @@ This drives research/ helpers (an entry point, not part of the scorer package).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 from harness.atomic import atomic_write_json, atomic_write_text
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
+from research.diagnosis import read_rows
 from research.stats import paired_test, per_question
 
 MARGINS = (0.0, 0.04, 0.08, 0.12, 0.2)
@@ -119,10 +119,9 @@ def _run_dir(spec: str) -> Path:
 
 
 def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "predictions.jsonl"
-    if not path.exists():
+    if not (run_dir / "predictions.jsonl").exists():
         raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_rows(run_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from harness.atomic import atomic_write_json, atomic_write_text
 from harness.paths import REPO_ROOT, runs_dir
+from research.diagnosis import read_rows
 from research.stats import paired_test, per_question
 
 DEFAULT_VARIANTS = "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"
@@ -88,10 +89,6 @@ def evaluate(v: Variant, common: Sequence[str], log_dir: Path) -> Path:
         raise SystemExit(f"{v.name}: memsys eval exited {proc.returncode}; see {log}")
     print(f"[bench_reader] {v.name}: done in {time.perf_counter() - t0:.0f} s", flush=True)
     return run_dir
-
-
-def read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines() if line.strip()]
 
 
 def summarize(rows: list[dict[str, Any]], metrics: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,9 @@ from sandbox.bwrap import BwrapSandbox
 from tests.support.openai_server import OpenAITestServer
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_cluster")]  # one worker starts the one cluster
+# one worker starts the one cluster; in one group with the embedded-model tests, because this module's node
+# starts a llama.cpp server too, and two on 2 cores nearly double each test
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray_and_local_model")]
 
 REPO = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("configs", "harness", "memsys")

@@ -261,7 +261,7 @@ def test_only_the_route_token_sends_a_call_to_a_nodes_own_server_and_the_cache_s
 
 @pytest.mark.slow
 @pytest.mark.llm
-@pytest.mark.xdist_group("local_model")  # with the other embedded-server tests: one server at a time
+@pytest.mark.xdist_group("ray_and_local_model")  # with the other embedded-server tests: one server at a time
 def test_the_sandboxed_reader_gets_json_from_the_embedded_server_through_the_gateway(sock, monkeypatch):
     """The real llama.cpp server rejects the OpenAI json_schema form with HTTP 500; through the
     gateway that evaluations open for llm=local, the reader's structured call succeeds."""

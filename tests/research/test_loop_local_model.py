@@ -14,8 +14,9 @@ from research.config import load_run_setup
 from research.loop import ResearchLoop
 from research.workspace import make_scratch_repo
 
-# one llama.cpp server at a time: two on 2 cores nearly double each test (135 s -> 220-265 s)
-pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.xdist_group("local_model")]
+# one llama.cpp server at a time (the Ray node module starts one too): two on 2 cores nearly double each
+# test (135 s -> 220-265 s)
+pytestmark = [pytest.mark.slow, pytest.mark.llm, pytest.mark.xdist_group("ray_and_local_model")]
 
 
 def test_one_experiment_proposed_by_the_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

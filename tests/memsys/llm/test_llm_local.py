@@ -133,7 +133,7 @@ def test_server_that_cannot_load_the_model_fails_with_its_log(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.llm
-@pytest.mark.xdist_group("local_model")  # with the other embedded-server tests: one server at a time
+@pytest.mark.xdist_group("ray_and_local_model")  # with the other embedded-server tests: one server at a time
 def test_real_local_model_chat_and_json_schema(monkeypatch):
     """Starts the packaged Qwen2.5-Coder-1.5B server.
 
