@@ -100,6 +100,8 @@ def score_row(bench: Benchmark, q: Question, a: Answer, costs: TurnCosts, *, wit
         "completion_tokens": a.completion_tokens, "cost_usd": a.cost_usd, "cached": a.cached,
         "input_sha256": a.input_sha256,
     }
+    if a.answer_logprobs is not None:
+        row["answer_logprobs"] = list(a.answer_logprobs)
     if with_reader:
         row["scores"] = score_question(bench.name, a.answer, q)
     return row

@@ -193,6 +193,9 @@ class Answer:
     # with or without a reader: two trees that give identical inputs on every question are the same
     # system to the scorer (the no-op screen)
     input_sha256: str = ""
+    # log-probability of each answer token, as the evaluated code reports its reader's (calibration data for
+    # answer.abstain=confidence; never part of a score)
+    answer_logprobs: tuple[float, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -261,6 +264,12 @@ def _check_answer(obj: Any, where: str, lim: AnswerLimits) -> Answer:
     if not isinstance(digest, str) or len(digest) > 64:
         raise PredictionFormatError(f"{where} ({qid}): input_sha256 must be a hex digest string")
     fields["input_sha256"] = digest
+    logprobs = obj.get("answer_logprobs")
+    if logprobs is not None:
+        if not isinstance(logprobs, list) or len(logprobs) > lim.max_ids or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v <= 0 for v in logprobs):
+            raise PredictionFormatError(f"{where} ({qid}): answer_logprobs must be null or a list of log-probabilities (<= 0)")
+        fields["answer_logprobs"] = tuple(float(v) for v in logprobs)
     return Answer(**fields)
 
 

@@ -204,10 +204,15 @@ class AnswerConfig:
     graph_facts_style: str = lever("lines", "Graph facts one per line, or grouped by subject in fewer tokens",
                                    choices=("lines", "compact"))
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
-    abstain: str = lever("off", "Say 'Not mentioned' when retrieval (another speaker said it) or the reader says so",
-                         choices=("off", "retrieval", "reader", "both"))
+    abstain: str = lever("off", "Say 'Not mentioned' when retrieval, the reader or its token confidence doubts memory",
+                         choices=("off", "retrieval", "reader", "both", "confidence"))
     abstain_margin: float = lever(0.08, "Abstain when another speaker's turn matches the question this much better",
                                   low=0.0, high=0.3, step=0.02)
+    abstain_logprob: float = lever(-1.0, "Abstain when the answer's mean token log-probability is below this",
+                                   low=-4.0, high=0.0, step=0.1)
+    # ask the reader for token log-probabilities and record the answer's (calibrating abstain=confidence
+    # offline: the decision comes after the reply, so one recorded run gives every threshold's result)
+    record_logprobs: bool = False
 
 
 @dataclass

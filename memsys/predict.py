@@ -240,6 +240,8 @@ def answer_one(req: PredictRequest, memory_cfg: MemoryConfig, question: Any, mem
             rec.update(answer=ans.text, prompt_tokens=int(ans.prompt_tokens),
                        completion_tokens=int(ans.completion_tokens), cost_usd=float(ans.cost_usd),
                        cached=bool(ans.cached))
+            if ans.answer_logprobs is not None:
+                rec["answer_logprobs"] = [round(lp, 4) for lp in ans.answer_logprobs]
         except (LLMAuthError, BudgetExceededError):  # fatal for the whole evaluation
             raise
         except LLMError as exc:
@@ -251,11 +253,9 @@ def answer_one(req: PredictRequest, memory_cfg: MemoryConfig, question: Any, mem
 def reader_input_digest(question: str, context: Any, memory_cfg: MemoryConfig) -> str:
     """What the reader would be sent for this question, hashed (text messages, output format, token
     cap). A change whose digests all equal its parent's cannot change a reader's answers."""
-    from memsys.answer.generate import build_messages
+    from memsys.answer.generate import reader_request
 
-    cfg = memory_cfg.answer
-    payload = {"messages": build_messages(question, context, cfg), "json": bool(cfg.response_format),
-               "max_tokens": int(cfg.max_tokens)}
+    payload = reader_request(question, context, memory_cfg.answer)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 

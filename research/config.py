@@ -82,6 +82,8 @@ class ResearcherConfig:
     max_changes: int = 2  # lever changes per menu reply
     hybrid_trials: int = 3  # TPE trials per LLM hypothesis under research.proposer=hybrid
     hybrid_coupled: int = 0  # levers TPE also tunes beside the LLM's: those its levers wake or un-cap; 0 = none
+    hybrid_explore_first: int = 2  # the run's first experiments are TPE draws over the whole space (hybrid)
+    hybrid_explore_on_pivot: bool = True  # and one such draw after each pivot, before the next hypothesis
     batch: bool = True  # research.parallel=K: one request for K different hypotheses; false: K single requests
 
 

@@ -27,7 +27,7 @@ from research.diagnosis import (
     read_rows,
 )
 from research.lessons import lesson_for, summarize_lessons
-from research.proposers.base import ResearchContext
+from research.proposers.base import ResearchContext, is_sampler_draw
 from research.trajectory import ExperimentRecord
 
 #: experiments shown in the journal (newest last)
@@ -201,7 +201,9 @@ def journal_line(rec: ExperimentRecord, objective: str) -> str:
     auto = lesson_for(rec, objective)
     value = "" if rec.objective_value is None else f" {rec.objective_value:.4f}"
     line = f"- {rec.experiment_id} [{rec.decision}{value}] {auto}"
-    if rec.hypothesis and rec.index > 0:
+    if rec.index > 0 and is_sampler_draw(rec):  # shown as a hypothesis, its words were copied into the model's
+        line += " | a sampler's draw, not a hypothesis"
+    elif rec.hypothesis and rec.index > 0:
         line += f" | hypothesis: {_cut(rec.hypothesis, 120)}"
     if rec.lesson and rec.lesson != auto:
         line += f" | lesson: {rec.lesson}"

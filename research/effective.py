@@ -22,7 +22,8 @@ DEAD = "<dead>"
 LINE_FRAMING_TOKENS = 36
 DENSE_CUT = ("set_union", "dense_only")  # merges that keep the dense list cut at top_k
 #: fields that change speed or labels, never what the reader is given
-_NEVER_MATTER = ("name", "embedder.batch_size", "embedder.device", "embedder.cache", "ingest.compression.workers")
+_NEVER_MATTER = ("name", "embedder.batch_size", "embedder.device", "embedder.cache", "ingest.compression.workers",
+                 "answer.record_logprobs")
 _COMPRESSION = ("ingest.compression.window_turns", "ingest.compression.overlap_turns", "ingest.compression.consolidate_above")
 _TEXT_GATE = ("ingest.text.window", "ingest.text.reject_above", "ingest.text.uncertain_above", "ingest.text.min_words")
 
@@ -167,6 +168,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     a = cfg.answer
     if a.abstain not in ("retrieval", "both"):
         dead("answer.abstain_margin")
+    if a.abstain != "confidence":
+        dead("answer.abstain_logprob")
     if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
         view["answer.abstain"] = "off" if a.abstain == "reader" else "retrieval"
     if r.merge != "rrf":

@@ -25,11 +25,18 @@ MESSAGE_CHARS = 90
 SECTIONS = (("worked", "What worked"), ("no_effect", "No effect / dead ends"), ("hurt", "What hurt"))
 
 
+#: overrides a lesson lists in full; a record with more (a draw of every lever) is summarized
+MAX_OVERRIDES_SHOWN = 8
+
+
 def describe_changes(rec: ExperimentRecord) -> str:
     """The overrides as written, and the files the code edits touched."""
     parts = []
-    if rec.config_overrides:
-        parts.append(", ".join(o.replace(" ", "") for o in rec.config_overrides))
+    overrides = [o.replace(" ", "") for o in rec.config_overrides]
+    if len(overrides) > MAX_OVERRIDES_SHOWN:  # a sampler's draw of every lever: a line a prompt can afford
+        parts.append(f"{len(overrides)} levers at once ({', '.join(overrides[:MAX_OVERRIDES_SHOWN - 2])}, ...)")
+    elif overrides:
+        parts.append(", ".join(overrides))
     if rec.edits:
         files = list(dict.fromkeys(e.get("path", "?") for e in rec.edits))
         n = len(rec.edits)

@@ -10,6 +10,7 @@ LoCoMo gain was turning it on), so it stays a config knob the loop can rediscove
 from __future__ import annotations
 
 import functools
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ class Answer:
     cached: bool = False
     raw_reply: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    answer_logprobs: list[float] | None = None  # log-probability of each token of the answer (when asked for)
 
 
 @functools.lru_cache(maxsize=32)
@@ -131,6 +133,51 @@ def _reader_abstains(cfg: AnswerConfig) -> bool:
     return cfg.abstain in ("reader", "both")
 
 
+def wants_logprobs(cfg: AnswerConfig) -> bool:
+    return cfg.abstain == "confidence" or cfg.record_logprobs
+
+
+def reader_request(question: str, context: Context, cfg: AnswerConfig) -> dict[str, Any]:
+    """Everything that decides the reader's answer to ``question``, as data: the text messages, the
+    output format, the token cap, and the confidence threshold when the answer is kept or dropped by it.
+    Two configs with equal requests on every question give equal answers (the no-op screen hashes it)."""
+    request: dict[str, Any] = {"messages": build_messages(question, context, cfg), "json": bool(cfg.response_format),
+                               "max_tokens": int(cfg.max_tokens)}
+    if cfg.abstain == "confidence":
+        request["abstain_logprob"] = float(cfg.abstain_logprob)
+    return request
+
+
+_ANSWER_VALUE = re.compile(r'"answer"\s*:\s*"((?:[^"\\]|\\.)*)"?')
+
+
+def answer_span(text: str, json_reply: bool) -> tuple[int, int]:
+    """Character span of the answer inside the reply: the "answer" string of a JSON reply (which may
+    be cut off at the token cap), else the whole reply."""
+    if not json_reply:
+        return 0, len(text)
+    m = _ANSWER_VALUE.search(text)
+    return (m.start(1), m.end(1)) if m else (0, 0)
+
+
+def answer_logprobs(token_logprobs: Any, text: str, json_reply: bool) -> list[float] | None:
+    """Log-probabilities of the reply tokens that overlap the answer's span (JSON framing left out:
+    the grammar makes it near certain, so it would only dilute the answer's own confidence)."""
+    if not token_logprobs:
+        return None
+    start, end = answer_span(text, json_reply)
+    out, pos = [], 0
+    for token, lp in token_logprobs:
+        lo, pos = pos, pos + len(token)
+        if lo < end and pos > start:
+            out.append(float(lp))
+    return out
+
+
+def _confidence(logprobs: list[float] | None) -> float | None:
+    return sum(logprobs) / len(logprobs) if logprobs else None
+
+
 def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig, *,
                     question_image: str | None = None) -> Answer:
     """Ask the reader. ``llm`` is a memsys.llm.LLMClient (or anything with its ``chat``)."""
@@ -140,10 +187,11 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
     vision = bool(getattr(getattr(llm, "cfg", None), "supports_vision", False))
     messages = build_messages(question, context, cfg, vision=vision, question_image=question_image)
     t0 = time.perf_counter()
+    extra = {"logprobs": True} if wants_logprobs(cfg) else {}  # absent otherwise: cached replies keep their keys
     if cfg.response_format:
         reader_abstains = _reader_abstains(cfg)
         schema = SUPPORTED_SCHEMA if reader_abstains else ANSWER_SCHEMA
-        reply = llm.chat(messages, json_schema=schema, max_tokens=cfg.max_tokens)
+        reply = llm.chat(messages, json_schema=schema, max_tokens=cfg.max_tokens, **extra)
         parsed = reply.parsed or {}
         value = parsed.get("answer")
         if value is None:
@@ -152,8 +200,17 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         if reader_abstains and parsed.get("supported") is False:
             text = ABSTAIN_TEXT
     else:
-        reply = llm.chat(messages, max_tokens=cfg.max_tokens)
+        reply = llm.chat(messages, max_tokens=cfg.max_tokens, **extra)
         text = reply.text
+    logprobs = answer_logprobs(getattr(reply, "token_logprobs", None), reply.text, bool(cfg.response_format)) \
+        if extra else None
+    if cfg.abstain == "confidence":
+        if logprobs is None:  # the endpoint gave none: the lever cannot act, and must not look as if it did
+            raise ConfigError("answer.abstain=confidence needs token log-probabilities, and the reader's endpoint "
+                              "sends none: use another answer.abstain")
+        confidence = _confidence(logprobs)
+        if confidence is not None and confidence < cfg.abstain_logprob:
+            text = ABSTAIN_TEXT
     return Answer(
         question=question,
         text=text.strip(),
@@ -165,4 +222,5 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         latency_s=time.perf_counter() - t0,
         cached=reply.cached,
         raw_reply=reply.text,
+        answer_logprobs=logprobs,
     )

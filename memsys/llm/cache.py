@@ -61,8 +61,10 @@ def request_key(
     temperature: float,
     max_tokens: int,
     seed: int | None,
+    logprobs: bool = False,
 ) -> str:
-    """sha256 hex of the canonical JSON of the reply-shaping fields of a chat request."""
+    """sha256 hex of the canonical JSON of the reply-shaping fields of a chat request. ``logprobs``
+    joins the key only when asked for, so the keys of every reply cached before it existed still hold."""
     payload = {
         "v": KEY_VERSION,
         "model": model,
@@ -72,6 +74,8 @@ def request_key(
         "max_tokens": int(max_tokens),
         "seed": seed,
     }
+    if logprobs:
+        payload["logprobs"] = True
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

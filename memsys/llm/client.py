@@ -78,6 +78,25 @@ class LLMReply:
     finish_reason: str | None = None
     attempts: int = 1
     tokens_estimated: bool = False  # the server sent no usage; counts are ours
+    # (token, log-probability) of each reply token, when the call asked for them and the server gave them
+    token_logprobs: tuple[tuple[str, float], ...] | None = None
+
+
+def _token_logprobs(completion: Any) -> tuple[tuple[str, float], ...] | None:
+    """(token, logprob) pairs of the first choice, from the OpenAI ``logprobs.content`` form; None when
+    the server sent none (not every OpenAI-compatible server does) or sent something else."""
+    try:
+        content = completion.choices[0].logprobs.content
+        return tuple((str(t.token), float(t.logprob)) for t in content) if content else None
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _pairs(stored: Any) -> tuple[tuple[str, float], ...] | None:
+    try:
+        return tuple((str(t), float(lp)) for t, lp in stored) if stored else None
+    except (TypeError, ValueError):
+        return None
 
 
 def is_loopback(base_url: str | None) -> bool:
@@ -167,11 +186,13 @@ class LLMClient:
         max_tokens: int | None = None,
         temperature: float | None = None,
         seed: int | None = None,
+        logprobs: bool = False,
     ) -> LLMReply:
         """One chat completion. With ``json_schema`` / ``json_mode`` the reply must be a
         JSON object (``reply.parsed``), else :class:`LLMResponseFormatError`. ``seed`` overrides the
         configured one for this call (a sampling researcher varies it per step; it is part of the
-        cache key, so a replay of the same step gets the same reply)."""
+        cache key, so a replay of the same step gets the same reply). ``logprobs`` asks the server for
+        each reply token's log-probability (``reply.token_logprobs``; None when the server gives none)."""
         started = time.perf_counter()
         messages = [dict(m) for m in messages]
         max_tokens = self.cfg.max_tokens if max_tokens is None else max_tokens
@@ -182,6 +203,7 @@ class LLMClient:
         key = request_key(
             model=model_key, messages=messages, response_format=response_format,
             temperature=temperature, max_tokens=max_tokens, seed=self.cfg.seed if seed is None else seed,
+            logprobs=logprobs,
         )
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -191,6 +213,7 @@ class LLMClient:
                     completion_tokens=hit["completion_tokens"], latency_s=time.perf_counter() - started,
                     cost_usd=0.0, cached=True, model=hit["model"], finish_reason=hit.get("finish_reason"),
                     attempts=0, tokens_estimated=hit.get("tokens_estimated", False),
+                    token_logprobs=_pairs(hit.get("token_logprobs")),
                 )
                 self._record(reply)
                 return reply
@@ -205,6 +228,8 @@ class LLMClient:
         }
         if seed is not None or self.cfg.seed is not None:
             params["seed"] = self.cfg.seed if seed is None else seed
+        if logprobs:
+            params["logprobs"] = True
         if response_format is not None:
             # the cache key keeps the OpenAI form; only the wire format depends on the server
             params["response_format"] = (
@@ -230,14 +255,18 @@ class LLMClient:
                 self._record(LLMReply(text, None, prompt_tokens, completion_tokens, latency, cost, False, model,
                                       finish_reason, attempts, estimated), ok=False, error_kind=exc.kind)
                 raise
+        token_logprobs = _token_logprobs(completion) if logprobs else None
         reply = LLMReply(text, parsed, prompt_tokens, completion_tokens, latency, cost, False, model,
-                         finish_reason, attempts, estimated)
+                         finish_reason, attempts, estimated, token_logprobs)
         if self.cache is not None:
-            self.cache.put(key, model_key, {
+            stored: dict[str, Any] = {
                 "text": text, "parsed": parsed, "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens, "model": model, "finish_reason": finish_reason,
                 "tokens_estimated": estimated,
-            })
+            }
+            if token_logprobs is not None:
+                stored["token_logprobs"] = [list(p) for p in token_logprobs]
+            self.cache.put(key, model_key, stored)
         self._record(reply)
         return reply
 

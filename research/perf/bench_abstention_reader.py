@@ -1,4 +1,4 @@
-"""Retrieval abstention on measured reader runs: its exact end-to-end figure at every margin (issue #14).
+"""Abstention on measured reader runs: its exact end-to-end figure at every threshold (issue #14).
 
 Why: ``answer.abstain=retrieval`` decides before the reader is asked. When the named speaker's best
 content match trails another speaker's by more than the margin, the retriever empties the context
@@ -12,6 +12,11 @@ any margin, at no reader time.
 abstained question loses its own measured score. ``answer.abstain=both`` is the same composition on
 a run made with ``answer.abstain=reader``.
 
+The reader's token confidence (``answer.abstain=confidence``) is exact the same way: it decides
+after the reply, from the reply's own log-probabilities, so a run made with
+``answer.record_logprobs=true`` (its rows carry ``answer_logprobs``) gives its figure at every
+``answer.abstain_logprob`` (``--signal confidence``).
+
 Each composed row is compared with its base run on the same questions, using the loop's paired
 test (research.stats). The margins come from the retriever's own signal (memsys.retrieve.support)
 over the same preset's candidates (benchmarks.perf.bench_abstention.margins).
@@ -21,6 +26,8 @@ Usage::
     python -m research.perf.bench_abstention_reader --runs omni=bench-reader-omni-0ddd2b0a,\\
         reader=bench-reader-omni+abstain-4ee42884 [--margins 0,0.04,0.08,0.12,0.2] [--preset omni]
         [--out runs/bench/abstention_reader.json]
+    python -m research.perf.bench_abstention_reader --signal confidence --runs omni=<run with logprobs> \\
+        [--thresholds -0.25,-0.5,-1,-1.5,-2] [--out runs/bench/abstention_confidence.json]
 
 This drives research/ helpers (an entry point, not part of the scorer package).
 """
@@ -42,36 +49,56 @@ from research.diagnosis import read_rows
 from research.stats import paired_test, per_question
 
 MARGINS = (0.0, 0.04, 0.08, 0.12, 0.2)
+LOGPROBS = (-0.25, -0.5, -0.75, -1.0, -1.5, -2.0)
 ScoreAbstain = Callable[[str], dict[str, float]]  # question id -> the scorer's scores for ABSTAIN_TEXT
 
 
 @dataclass(frozen=True)
 class Composed:
-    """One reader run with retrieval abstention at one margin."""
+    """One reader run with abstention at one threshold."""
 
-    margin: float
+    threshold: float
     rows: list[dict[str, Any]]
-    abstained: dict[str, int]  # "cat5" / "cat1_4" -> questions newly abstained by retrieval
+    abstained: dict[str, int]  # "cat5" / "cat1_4" -> questions newly abstained
     ids: list[str]  # those questions
 
 
-def compose(rows: Sequence[Mapping[str, Any]], margins: Mapping[str, float | None], margin: float,
+def by_margin(margins: Mapping[str, float | None], margin: float) -> set[str]:
+    """``answer.abstain=retrieval`` at ``abstain_margin=margin``: the named speaker trails by more than it."""
+    return {q for q, m in margins.items() if m is not None and m < -margin}
+
+
+def mean_logprob(row: Mapping[str, Any]) -> float | None:
+    lps = row.get("answer_logprobs")
+    return sum(lps) / len(lps) if lps else None
+
+
+def by_confidence(rows: Sequence[Mapping[str, Any]], threshold: float) -> set[str]:
+    """``answer.abstain=confidence`` at ``abstain_logprob=threshold`` (memsys.answer.generate's rule)."""
+    out = set()
+    for row in rows:
+        c = mean_logprob(row)
+        if c is not None and c < threshold:
+            out.add(str(row["question_id"]))
+    return out
+
+
+def compose(rows: Sequence[Mapping[str, Any]], abstain: set[str], threshold: float,
             score_abstain: ScoreAbstain) -> Composed:
-    """The run's scored rows as they would be with ``answer.abstain_margin=margin`` added: a question whose
-    speaker margin is below -margin gets the abstention text, scored by the scorer, and no context."""
+    """The run's scored rows as they would be had the questions in ``abstain`` been abstained on: the
+    abstention text, scored by the scorer, and no context."""
     out: list[dict[str, Any]] = []
     abstained, ids = {"cat5": 0, "cat1_4": 0}, []
     for row in rows:
         qid = str(row["question_id"])
-        m = margins.get(qid)
-        if m is None or m >= -margin:
+        if qid not in abstain:
             out.append(dict(row))
             continue
         abstained["cat5" if str(row.get("category")) == "5" else "cat1_4"] += 1
         ids.append(qid)
         out.append({**row, "prediction": ABSTAIN_TEXT, "scores": score_abstain(qid), "context_ids": [],
                     "context_tokens": 0, "prompt_tokens": 0})
-    return Composed(margin, out, abstained, ids)
+    return Composed(threshold, out, abstained, ids)
 
 
 def _mean(values: Mapping[str, float]) -> float | None:
@@ -80,7 +107,7 @@ def _mean(values: Mapping[str, float]) -> float | None:
 
 def figures(c: Composed, base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The composed row's F1 figures, and its paired difference from the base run on the same questions."""
-    out: dict[str, Any] = {"margin": c.margin, "abstained": c.abstained, "abstained_ids": c.ids}
+    out: dict[str, Any] = {"threshold": c.threshold, "abstained": c.abstained, "abstained_ids": c.ids}
     for obj in ("f1_cat1_4", "f1_cat5", "all_honest"):
         cand, ref = per_question(obj, c.rows), per_question(obj, base)
         out[obj] = _mean(cand)
@@ -91,13 +118,18 @@ def figures(c: Composed, base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def sweep(rows: Sequence[Mapping[str, Any]], margins: Mapping[str, float | None], thresholds: Sequence[float],
+def sweep(rows: Sequence[Mapping[str, Any]], margins: Mapping[str, float | None] | None, thresholds: Sequence[float],
           score_abstain: ScoreAbstain) -> list[dict[str, Any]]:
-    return [figures(compose(rows, margins, t, score_abstain), rows) for t in thresholds]
+    """Each threshold's figures: speaker margins when ``margins`` is given, else the rows' own confidence."""
+    def chosen(t: float) -> set[str]:
+        return by_margin(margins, t) if margins is not None else by_confidence(rows, t)
+
+    return [figures(compose(rows, chosen(t), t, score_abstain), rows) for t in thresholds]
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = ["| run | margin | cat 5 abstained | cat 1-4 abstained | F1 cat 1-4 | cat 5 | all_honest | "
+    head = "margin" if result.get("signal", "margin") == "margin" else "abstain_logprob"
+    lines = [f"| run | {head} | cat 5 abstained | cat 1-4 abstained | F1 cat 1-4 | cat 5 | all_honest | "
              "all_honest vs the run (95% CI) | F1 cat 1-4 vs the run |", "| --- " * 9 + "|"]
     for name, run in result["runs"].items():
         n5, n14 = run["n_cat5"], run["n_cat1_4"]
@@ -106,7 +138,7 @@ def render(result: dict[str, Any]) -> str:
         for r in run["sweep"]:
             ah, f14 = r.get("all_honest_vs_base"), r.get("f1_cat1_4_vs_base")
             lines.append(
-                f"| {name} | {r['margin']:.2f} | {r['abstained']['cat5']} of {n5} | {r['abstained']['cat1_4']} of {n14} | "
+                f"| {name} | {r['threshold']:.2f} | {r['abstained']['cat5']} of {n5} | {r['abstained']['cat1_4']} of {n14} | "
                 f"{r['f1_cat1_4']} | {r['f1_cat5']} | {r['all_honest']} | "
                 + (f"{ah['delta']:+.3f} [{ah['ci'][0]:+.3f}, {ah['ci'][1]:+.3f}] p={ah['p_better']:.3f} | " if ah else "- | ")
                 + (f"{f14['delta']:+.3f} |" if f14 else "- |"))
@@ -131,15 +163,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", required=True, help="name=run id (or folder), comma-separated: measured reader runs")
+    ap.add_argument("--signal", choices=("margin", "confidence"), default="margin",
+                    help="retrieval's speaker margin, or the reader's mean answer-token log-probability")
     ap.add_argument("--margins", default=",".join(str(m) for m in MARGINS))
+    ap.add_argument("--thresholds", default=",".join(str(t) for t in LOGPROBS), help="abstain_logprob values (confidence)")
     ap.add_argument("--preset", default="omni", help="the preset the runs retrieved with (its margins are computed)")
     ap.add_argument("--split", default="dev")
-    ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "abstention_reader.json")
+    ap.add_argument("--out", type=Path, default=None, help="default runs/bench/abstention_reader.json "
+                                                             "(abstention_confidence.json with --signal confidence)")
     args = ap.parse_args(argv)
     runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
-    thresholds = [float(x) for x in args.margins.split(",") if x]
+    by_logprob = args.signal == "confidence"
+    thresholds = [float(x) for x in (args.thresholds if by_logprob else args.margins).split(",") if x]
+    out_path = args.out or runs_dir() / "bench" / ("abstention_confidence.json" if by_logprob else "abstention_reader.json")
     questions = {q.id: q for conv in load_benchmark("locomo").conversations for q in conv.questions}
-    margin_of = {qid: m for qid, _, m in speaker_margins(args.split, args.preset, ())}
+    margin_of = None if by_logprob else {qid: m for qid, _, m in speaker_margins(args.split, args.preset, ())}
 
     def score_abstain(qid: str) -> dict[str, float]:
         return score_question("locomo", ABSTAIN_TEXT, questions[qid])
@@ -148,9 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, spec in runs.items():
         run_dir = _run_dir(spec)
         rows = _read_rows(run_dir)
-        missing = [str(r["question_id"]) for r in rows if str(r["question_id"]) not in margin_of]
+        missing = [str(r["question_id"]) for r in rows if str(r["question_id"]) not in (margin_of or questions)]
         if missing:
             raise SystemExit(f"{name}: {len(missing)} questions are not in split {args.split!r} (e.g. {missing[0]})")
+        if by_logprob and not any(r.get("answer_logprobs") for r in rows):
+            raise SystemExit(f"{name}: no answer_logprobs in {run_dir.name}'s rows (run it with "
+                             "memory.answer.record_logprobs=true)")
         as_run = {obj: _mean(per_question(obj, rows)) for obj in ("f1_cat1_4", "f1_cat5", "all_honest")}
         out_runs[name] = {"run_id": run_dir.name, "n": len(rows),
                           "n_cat5": sum(str(r.get("category")) == "5" for r in rows),
@@ -158,13 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "sweep": sweep(rows, margin_of, thresholds, score_abstain)}
     result = {"command": "python -m research.perf.bench_abstention_reader " + " ".join(sys.argv[1:] if argv is None else argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "preset": args.preset,
-              "split": args.split, "runs": out_runs}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out, result)
+              "split": args.split, "signal": args.signal, "runs": out_runs}
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_path, result)
     table = render(result)
-    atomic_write_text(args.out.with_suffix(".md"), table + "\n")
+    atomic_write_text(out_path.with_suffix(".md"), table + "\n")
     print(table)
-    print(f"wrote {args.out}")
+    print(f"wrote {out_path}")
     return 0
 
 

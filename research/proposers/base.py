@@ -10,6 +10,20 @@ from harness.errors import MemsysError
 from research.errors import ProposalFormatError
 from research.trajectory import Edit, ExperimentRecord
 
+#: the hypothesis of a hybrid run's exploration draw (its record has no subspace)
+EXPLORE_HYPOTHESIS = "Explore: TPE samples the whole config space"
+#: proposers whose every proposal is a sampler's draw, never a hypothesis
+SAMPLERS = ("optuna", "random")
+
+
+def is_sampler_draw(rec: ExperimentRecord) -> bool:
+    """A proposal a sampler made, not a hypothesis: optuna's and random's, and the hybrid's exploration
+    draws, known by what they are rather than by their words (the small model copies hypotheses it reads
+    in the journal, but a hypothesis of the model's always comes with the levers it chose)."""
+    if rec.proposer in SAMPLERS:
+        return True
+    return rec.proposer == "hybrid" and not rec.subspace and rec.hypothesis.startswith(EXPLORE_HYPOTHESIS)
+
 
 @dataclass
 class Proposal:

@@ -42,7 +42,9 @@ def make_proposers(setup: Any, llm: Any, study: Any) -> dict[str, Proposer]:
         from research.proposers.hybrid import HybridProposer
 
         out["hybrid"] = HybridProposer(llm, study, trials=rc.hybrid_trials, max_tokens=reply_tokens(setup),
-                                       temperature=rc.temperature, batch=rc.batch, coupled=rc.hybrid_coupled)
+                                       temperature=rc.temperature, batch=rc.batch, coupled=rc.hybrid_coupled,
+                                       explore_first=rc.hybrid_explore_first,
+                                       explore_on_pivot=rc.hybrid_explore_on_pivot)
     if kind == "random":
         from research.proposers.random_proposer import RandomProposer
 

@@ -60,6 +60,8 @@ def test_answers_must_match_the_questions_exactly(tmp_path):
         "nan": [{"question_id": "c:q0", "latency_s": float("nan")}, {"question_id": "c:q1"}],
         "negative": [{"question_id": "c:q0", "context_tokens": -5}, {"question_id": "c:q1"}],
         "garbage": ["{not json", {"question_id": "c:q1"}],
+        "logprob": [{"question_id": "c:q0", "answer_logprobs": [-0.5, 0.3]}, {"question_id": "c:q1"}],
+        "logprobs": [{"question_id": "c:q0", "answer_logprobs": "-0.5"}, {"question_id": "c:q1"}],
     }
     for name, rows in cases.items():
         with pytest.raises(PredictionFormatError):
@@ -122,3 +124,18 @@ def test_unknown_and_repeated_ids_do_not_count(tiny):
     a = Answer(q.id, retrieved_ids=("D999:1", first, first, "../../etc/passwd"))
     row = score_answers(sel, {q.id: a}, with_reader=False, context_budget_tokens=None)[0]
     assert row["retrieved_ids"] == [first] and row["unknown_ids"] == 2
+
+
+def test_reported_answer_logprobs_reach_the_scored_row_and_never_the_score(tiny, tmp_path):
+    """Calibration data for answer.abstain=confidence: kept beside the row, the F1 is the answer's alone."""
+    conv = tiny.conversations[0]
+    q = conv.questions[0]
+    path = _write(tmp_path / "a.jsonl", [{"question_id": q.id, "answer": q.answer, "answer_logprobs": [-0.25, -1]}])
+    a = read_answers(path, [q.id])[q.id]
+    assert a.answer_logprobs == (-0.25, -1.0)
+    sel = type(tiny)(**{**{f: getattr(tiny, f) for f in tiny.__dataclass_fields__},
+                        "conversations": (type(conv)(conv.id, conv.speakers, conv.sessions, (q,)),)})
+    row = score_answers(sel, {q.id: a}, with_reader=True, context_budget_tokens=None)[0]
+    plain = score_answers(sel, {q.id: Answer(q.id, answer=q.answer)}, with_reader=True, context_budget_tokens=None)[0]
+    assert row["answer_logprobs"] == [-0.25, -1.0] and "answer_logprobs" not in plain
+    assert row["scores"] == plain["scores"]

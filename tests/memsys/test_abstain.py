@@ -87,3 +87,95 @@ def test_reader_abstains_through_its_supported_field(supported, expected, tmp_pa
     assert body["response_format"]["json_schema"]["schema"]["required"] == ["answer", "supported"]
     assert '"supported" is false when no memory states the answer' in body["messages"][-1]["content"]
     mem.close()
+
+
+#: the embedded model's tokens for {"answer": "red bike"} (llama.cpp, grammar on): the framing is near certain
+RED_BIKE = [('{"', -1.33), ("answer", 0.0), ('":', 0.0), (' "', 0.0), ("red", -2.5), (" bike", -0.5), ('"}', -0.01)]
+
+
+def test_answer_logprobs_are_the_answer_tokens_only():
+    from memsys.answer.generate import answer_logprobs, answer_span
+
+    text = '{"answer": "red bike"}'
+    assert text[slice(*answer_span(text, True))] == "red bike"
+    assert answer_logprobs(RED_BIKE, text, True) == [-2.5, -0.5]
+    assert answer_logprobs(RED_BIKE, text, False) == [lp for _, lp in RED_BIKE]  # plain text: every token
+    cut = '{"answer": "a very long ans'  # stopped at the token cap: the answer so far
+    assert cut[slice(*answer_span(cut, True))] == "a very long ans"
+    escaped = '{"answer": "say \\"hi\\" now"}'
+    assert escaped[slice(*answer_span(escaped, True))] == 'say \\"hi\\" now'
+    assert answer_logprobs(None, text, True) is None and answer_logprobs([], text, True) is None
+
+
+@pytest.mark.parametrize("threshold, expected", [(-2.0, "red bike"), (-1.0, ABSTAIN_TEXT)])
+def test_confidence_abstention_drops_an_answer_below_the_threshold(threshold, expected, tmp_path, embedder,
+                                                                   openai_server, monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=[
+        "memory.graph.enabled=false", "memory.answer.abstain=confidence", f"memory.answer.abstain_logprob={threshold}"])
+    mem.add(TURNS)
+    ctx = mem.context("What did Melanie buy?")
+    openai_server.enqueue(Reply.of_json({"answer": "red bike"}, logprobs=RED_BIKE))
+    with LLMClient(llm_cfg(openai_server)) as llm:
+        ans = answer_question(llm, "What did Melanie buy?", ctx, mem.cfg.answer)
+    assert ans.text == expected and ans.answer_logprobs == [-2.5, -0.5]  # mean -1.5
+    assert openai_server.chat_requests[0]["logprobs"] is True
+    mem.close()
+
+
+def test_logprobs_are_recorded_without_abstaining_and_not_asked_for_by_default(tmp_path, embedder, openai_server,
+                                                                              monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.graph.enabled=false"])
+    mem.add(TURNS)
+    ctx = mem.context("What did Melanie buy?")
+    openai_server.enqueue(Reply.of_json({"answer": "red bike"}, logprobs=RED_BIKE))
+    openai_server.enqueue(Reply.of_json({"answer": "red bike"}, logprobs=RED_BIKE))
+    recording = replace_answer(mem.cfg.answer, record_logprobs=True)
+    with LLMClient(llm_cfg(openai_server)) as llm:
+        plain = answer_question(llm, "What did Melanie buy?", ctx, mem.cfg.answer)
+        recorded = answer_question(llm, "What did Melanie buy?", ctx, recording)
+    assert plain.answer_logprobs is None and "logprobs" not in openai_server.chat_requests[0]
+    assert recorded.text == "red bike" and recorded.answer_logprobs == [-2.5, -0.5]
+    mem.close()
+
+
+def test_confidence_abstention_without_logprobs_from_the_endpoint_is_a_config_error(tmp_path, embedder, openai_server,
+                                                                                   monkeypatch):
+    import json
+
+    from memsys.errors import ConfigError
+
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.graph.enabled=false", "memory.answer.abstain=confidence"])
+    mem.add(TURNS)
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": '{"answer": "red bike"}'},
+                         "finish_reason": "stop", "logprobs": None}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    openai_server.enqueue(Reply.raw(json.dumps(body).encode()))
+    with LLMClient(llm_cfg(openai_server)) as llm, pytest.raises(ConfigError, match="sends none") as info:
+        answer_question(llm, "What did Melanie buy?", mem.context("What did Melanie buy?"), mem.cfg.answer)
+    assert "\n" not in str(info.value)
+    mem.close()
+
+
+def test_the_screen_sees_a_confidence_threshold_only_when_it_decides():
+    from memsys.answer.generate import reader_request
+    from memsys.config import load_memory_config
+    from memsys.retrieve.context import Context
+
+    cfg = load_memory_config("omni").answer
+    ctx = Context(query="q", items=[], budget_tokens=100)
+    off = reader_request("q", ctx, cfg)
+    assert "abstain_logprob" not in off  # so every digest recorded before the lever existed still holds
+    assert reader_request("q", ctx, replace_answer(cfg, abstain_logprob=-2.0)) == off  # dead while abstain != confidence
+    on = reader_request("q", ctx, replace_answer(cfg, abstain="confidence"))
+    assert on["messages"] == off["messages"] and on["abstain_logprob"] == -1.0
+    assert reader_request("q", ctx, replace_answer(cfg, abstain="confidence", abstain_logprob=-2.0)) != on
+
+
+def replace_answer(cfg, **changes):
+    from dataclasses import replace
+
+    return replace(cfg, **changes)

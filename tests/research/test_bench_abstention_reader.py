@@ -1,4 +1,5 @@
-"""Retrieval abstention composed onto a measured reader run, scored by the real LoCoMo scorer."""
+"""Abstention (retrieval margin, reader confidence) composed onto a measured reader run, scored by the
+real LoCoMo scorer."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from benchmarks.datasets.schema import Question
 from benchmarks.scoring import score_question
-from research.perf.bench_abstention_reader import ABSTAIN_TEXT, compose, sweep
+from research.perf.bench_abstention_reader import ABSTAIN_TEXT, by_margin, compose, sweep
 
 QUESTIONS = {
     "c:q1": Question("c:q1", "c", "When did Mel paint the lake?", "7 May 2023", "2", ("D1:1",)),
@@ -32,7 +33,7 @@ MARGINS = {"c:q1": None, "c:q2": -0.1, "c:q3": -0.1, "c:q4": -0.03}
 
 
 def test_a_question_below_the_margin_gets_the_abstention_text_as_the_scorer_scores_it():
-    c = compose(ROWS, MARGINS, 0.05, _score_abstain)
+    c = compose(ROWS, by_margin(MARGINS, 0.05), 0.05, _score_abstain)
     by_id = {r["question_id"]: r for r in c.rows}
     assert c.abstained == {"cat5": 1, "cat1_4": 1} and c.ids == ["c:q2", "c:q3"]
     assert by_id["c:q3"]["prediction"] == ABSTAIN_TEXT and by_id["c:q3"]["scores"]["f1"] == 1.0
@@ -54,3 +55,13 @@ def test_the_sweep_reports_each_margin_against_the_run_on_the_same_questions():
     assert none["abstained"] == {"cat5": 0, "cat1_4": 0} and none["all_honest_vs_base"]["delta"] == 0.0
     # q2's own measured F1 is what abstaining on it loses, not a mean charged to every abstention
     assert tight["f1_cat1_4_vs_base"]["delta"] == pytest.approx(-before[1] / 2, abs=1e-4)
+
+
+def test_confidence_abstains_on_the_answers_below_the_threshold_as_the_reader_would():
+    """Rows carry the answer tokens' log-probabilities (answer.record_logprobs); the mean decides."""
+    logprobs = {"c:q1": [-0.1, -0.2], "c:q2": [-1.5, -0.5], "c:q3": [-2.0], "c:q4": None}
+    rows = [{**r, "answer_logprobs": logprobs[r["question_id"]]} for r in ROWS]
+    strict, lax = sweep(rows, None, [-0.5, -1.5], _score_abstain)
+    assert strict["abstained_ids"] == ["c:q2", "c:q3"] and strict["threshold"] == -0.5  # means -1.0 and -2.0
+    assert lax["abstained_ids"] == ["c:q3"]  # -1.0 is not below -1.5; q4 has no signal and keeps its answer
+    assert lax["f1_cat5"] == 0.5 and lax["all_honest_vs_base"]["delta"] == pytest.approx(0.25, abs=1e-4)

@@ -22,6 +22,7 @@ from research.context import (
     build_context,
     context_tokens,
     excerpt,
+    journal_line,
     resolved_memory,
     rotation,
     step_seed,
@@ -250,3 +251,20 @@ def test_step_seeds_of_different_run_seeds_never_meet() -> None:
             assert not streams[a] & streams[b], (a, b)
     assert [step_seed(0, i) for i in steps] == list(steps)  # seed-0 runs replay as before
     assert 100 * step_seed(4000, 3 * 1000) + 99 < 2**32  # the researcher's derived seeds stay in 32 bits
+
+
+def test_a_samplers_draw_is_journaled_as_one_short_line_and_never_as_a_hypothesis() -> None:
+    """A draw of every lever (optuna, random, the hybrid's exploration): listing 41 overrides would spend
+    the budget, and its stock words shown as a hypothesis were copied by the 1.5B model as its own."""
+    from research.proposers.base import EXPLORE_HYPOTHESIS
+
+    overrides = [f"retrieval.k{i}={i}" for i in range(41)]
+    draw = ExperimentRecord("r", 3, "exp-003", "hybrid", "c", hypothesis=f"{EXPLORE_HYPOTHESIS} (step seed 7)",
+                            config_overrides=overrides, decision="iterate", objective_value=0.5)
+    line = journal_line(draw, "context_recall")
+    assert "41 levers at once (retrieval.k0=0" in line and "retrieval.k40" not in line
+    assert line.endswith("| a sampler's draw, not a hypothesis") and EXPLORE_HYPOTHESIS not in line
+    # the model's hypothesis in the same words is still a hypothesis: it names its levers
+    own = ExperimentRecord("r", 4, "exp-004", "hybrid", "c", hypothesis=draw.hypothesis, subspace=["retrieval.top_k"],
+                           config_overrides=["retrieval.top_k=9"], decision="iterate", objective_value=0.5)
+    assert f"| hypothesis: {draw.hypothesis}" in journal_line(own, "context_recall")

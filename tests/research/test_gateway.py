@@ -310,6 +310,24 @@ def test_cache_hit_skips_upstream_and_is_not_shared_with_other_callers(
     assert CACHE_TAG == "gateway-reader"
 
 
+def test_token_logprobs_pass_the_gateway_and_its_cache_keeps_them_under_their_own_key(
+    openai_server, make_gateway, routed, tmp_path
+):
+    """answer.abstain=confidence inside the sandbox: the reader's logprobs request reaches the upstream,
+    a repeat is answered by the cache with the same logprobs, and the plain request is another entry."""
+    pairs = [("Seven", -0.2), (" May", -1.4)]
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        gw = make_gateway(cache=cache)
+        openai_server.enqueue(Reply.ok("Seven May", logprobs=pairs), Reply.ok("Seven May"))
+        with LLMClient(client_cfg()) as llm:
+            first = llm.chat(MESSAGES, max_tokens=16, logprobs=True)
+            again = llm.chat(MESSAGES, max_tokens=16, logprobs=True)
+            plain = llm.chat(MESSAGES, max_tokens=16)
+        assert first.token_logprobs == again.token_logprobs == tuple(pairs) and plain.token_logprobs is None
+        assert [r.get("logprobs") for r in openai_server.chat_requests] == [True, None]
+        assert gw.usage().cache_hits == 1 and len(cache) == 2
+
+
 @pytest.mark.parametrize(("status", "error"), [(401, LLMAuthError), (403, LLMAuthError),
                                                (429, LLMRateLimitError), (500, LLMServerError)])
 def test_upstream_errors_pass_through_unchanged(openai_server, make_gateway, routed, status, error):

@@ -1,7 +1,7 @@
 """The lever catalogue (research/levers.py): unit tests, and its live rules against the real pipeline.
 
-The property test renders what the reader would be given (``build_messages`` over ``Memory.retrieve``,
-plus the JSON switch and the reply limit, as memsys.predict.answer_one does) for LoCoMo conv-30
+The property test renders what decides the reader's answer (``reader_request`` over ``Memory.retrieve``:
+the messages, the JSON switch, the reply limit and a confidence threshold, as memsys.predict hashes it) for LoCoMo conv-30
 questions, under every preset and every probe value of every lever, with real stores (MiniLM, FAISS,
 BM25, the rule-based graph) built once per ingest config.
 """
@@ -18,7 +18,7 @@ from benchmarks.datasets.locomo import load_locomo
 from benchmarks.datasets.schema import iter_turns
 from harness.errors import ConfigError
 from harness.paths import config_dir
-from memsys.answer.generate import PROMPTS_DIR, build_messages
+from memsys.answer.generate import PROMPTS_DIR, reader_request
 from memsys.config import MemoryConfig, load_memory_config, to_container
 from memsys.memory import Memory
 from memsys.records import Turn
@@ -370,8 +370,7 @@ class ReaderInputs:
             mem = Memory.open(self.store(cfg), cfg, read_only=True)
             try:
                 self.seen[key] = tuple(
-                    json.dumps({"messages": build_messages(q, mem.retrieve(q).context, cfg.answer),
-                                "json": cfg.answer.response_format, "max_tokens": cfg.answer.max_tokens})
+                    json.dumps(reader_request(q, mem.retrieve(q).context, cfg.answer), sort_keys=True)
                     for q in self.questions)
             finally:
                 mem.close()

@@ -150,6 +150,57 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
     assert "not offered now: retrieval.top_k, retrieval.dense_k" in server.chat_requests[1]["messages"][-1]["content"]
 
 
+def test_hybrid_explores_the_whole_space_first_and_after_a_pivot(naive, server, client) -> None:
+    from research.proposers.hybrid import EXPLORE, is_exploration
+
+    study = SharedStudy(seed=0)
+    hybrid = HybridProposer(client, study, trials=3, explore_first=2, explore_on_pivot=True)
+    rec = lambda i, decision, prop: ExperimentRecord(  # noqa: E731
+        "r", i, f"exp-{i:03d}", "hybrid", "c", hypothesis=prop.hypothesis, subspace=prop.subspace, decision=decision)
+    base = ExperimentRecord("r", 0, "exp-000", "baseline", "c", decision="baseline")
+    # the first two experiments: TPE over every field lever, the draw research.proposer=optuna makes at that seed
+    first = hybrid.propose(ctx_for(naive, seed=2, history=[base]))
+    assert first.hypothesis.startswith(EXPLORE) and first.subspace == [] and first.tokens == 0
+    assert first.config_overrides == OptunaProposer(SharedStudy(seed=0)).propose(ctx_for(naive, seed=2)).config_overrides
+    assert len(first.config_overrides) == len(field_levers())
+    second = hybrid.propose(ctx_for(naive, seed=3, mode="iterate", history=[base, rec(1, "iterate", first)],
+                                    hyp=first.hypothesis))
+    assert second.hypothesis.startswith(EXPLORE) and second.config_overrides != first.config_overrides
+    assert not server.chat_requests
+    # then the model: an iterate on an exploration has no subspace to tune, so a hypothesis is asked for
+    history = [base, rec(1, "iterate", first), rec(2, "iterate", second)]
+    server.enqueue(Reply.of_json({"hypothesis": "widen dense", "targets": "retrieval_miss", "why": "misses",
+                                  "levers": ["retrieval.dense_k", "retrieval.top_k"]}))
+    third = hybrid.propose(ctx_for(naive, seed=4, mode="iterate", history=history, hyp=second.hypothesis))
+    assert third.hypothesis == "widen dense" and len(server.chat_requests) == 1
+    asked = server.chat_requests[0]["messages"][-1]["content"]  # a new hypothesis, not "refine" the draw's words
+    assert "Propose a new hypothesis." in asked and "Refine the current hypothesis" not in asked
+    # a pivot away from the model's hypothesis: one exploration draw, then the model again
+    history.append(rec(3, "pivot", third))
+    fourth = hybrid.propose(ctx_for(naive, seed=5, mode="pivot", history=history))
+    assert is_exploration(rec(4, "pivot", fourth)) and len(server.chat_requests) == 1
+    history.append(rec(4, "pivot", fourth))
+    # the small model copies what it reads: its hypothesis worded like a draw is still its own (it has levers)
+    server.enqueue(Reply.of_json({"hypothesis": fourth.hypothesis, "targets": "other", "why": "w", "levers": ["graph.enabled"]}))
+    copied = hybrid.propose(ctx_for(naive, seed=6, mode="pivot", history=history))
+    assert copied.subspace == ["graph.enabled"] and not is_exploration(rec(5, "pivot", copied))
+    history.append(rec(5, "pivot", copied))
+    # a pivot right after the model's hypothesis: a draw again; tuning the copied hypothesis counts only its trials
+    assert is_exploration(rec(6, "x", hybrid.propose(ctx_for(naive, seed=7, mode="pivot", history=history))))
+    history[-1] = rec(5, "iterate", copied)
+    tuned = hybrid.propose(ctx_for(naive, seed=7, mode="iterate", history=history, hyp=fourth.hypothesis))
+    assert tuned.subspace == ["graph.enabled"] and len(server.chat_requests) == 2
+    # off (research.researcher.hybrid_explore_first=0, hybrid_explore_on_pivot=false): the model from the start
+    server.enqueue(Reply.of_json({"hypothesis": "h", "targets": "other", "why": "w", "levers": ["retrieval.top_k"]}))
+    off = HybridProposer(client, SharedStudy(seed=0), trials=3)
+    assert off.propose(ctx_for(naive, seed=2, history=[base])).hypothesis == "h"
+    # a round of K candidates while exploring: K draws, each at its own step seed, no model call
+    sent = len(server.chat_requests)
+    batch = HybridProposer(client, SharedStudy(seed=0), explore_first=2).propose_batch(ctx_for(naive, seed=2, history=[base]), 2)
+    assert all(p.hypothesis.startswith(EXPLORE) for p in batch) and batch[0].config_overrides == first.config_overrides
+    assert batch[1].config_overrides != batch[0].config_overrides and len(server.chat_requests) == sent
+
+
 def test_a_new_hypothesis_is_offered_only_levers_not_yet_tuned_from_the_best(naive) -> None:
     from research.proposers.hybrid import untried_levers
 

@@ -43,6 +43,7 @@ import base64
 import hashlib
 import json
 import queue
+import re
 import struct
 import threading
 import time
@@ -79,6 +80,9 @@ class Reply:
     completion_tokens: int | None = None  # None: word count of ``text``
     usage: bool = True
     headers: dict[str, str] = field(default_factory=dict)
+    # (token, logprob) pairs sent when the request asks for logprobs; None: ``text`` cut into words and
+    # punctuation, each at log-probability -0.1 (the pieces always join back into ``text``)
+    logprobs: list[tuple[str, float]] | None = None
 
     @classmethod
     def ok(cls, text: str, **kw: Any) -> "Reply":
@@ -340,7 +344,7 @@ class _OpenAIRequestHandler(BaseHTTPRequestHandler):
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "finish_reason": reply.finish_reason,
-                "logprobs": None,
+                "logprobs": _logprobs(reply, text) if body.get("logprobs") else None,
             }],
         }
         if reply.usage:
@@ -369,6 +373,11 @@ class _OpenAIRequestHandler(BaseHTTPRequestHandler):
         payload = {"object": "list", "data": data, "model": body.get("model", self.owner.model),
                    "usage": {"prompt_tokens": n, "total_tokens": n}}
         self._send(200, json.dumps(payload).encode())
+
+
+def _logprobs(reply: Reply, text: str) -> dict[str, Any]:
+    pairs = reply.logprobs if reply.logprobs is not None else [(t, -0.1) for t in re.findall(r"\s*\w+|\s*[^\w\s]+|\s+", text)]
+    return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []} for t, lp in pairs]}
 
 
 try:  # a ready-made fixture: ``from tests.support.openai_server import openai_server``

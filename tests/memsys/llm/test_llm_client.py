@@ -204,6 +204,27 @@ def test_cache_key_ignores_base_url_but_not_request_fields(cache):
         assert (len(a.chat_requests), len(b.chat_requests)) == (1, 3)
 
 
+def test_logprobs_are_asked_for_returned_and_cached_under_their_own_key(openai_server, cache, monkeypatch):
+    from memsys.llm.cache import request_key
+
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    pairs = [('{"', -1.3), ("answer", 0.0), ('":', 0.0), (' "', 0.0), ("a", -0.7), ('"}', 0.0)]
+    openai_server.enqueue(Reply.of_json({"answer": "a"}, logprobs=pairs))
+    openai_server.enqueue(Reply.of_json({"answer": "a"}))
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    with LLMClient(make_cfg(openai_server), cache=cache) as llm:
+        first = llm.chat(MESSAGES, json_schema=schema, logprobs=True)
+        again = llm.chat(MESSAGES, json_schema=schema, logprobs=True)
+        plain = llm.chat(MESSAGES, json_schema=schema)  # another request: not the logprobs reply's cache entry
+    assert first.token_logprobs == tuple(pairs) and not first.cached
+    assert again.cached and again.token_logprobs == first.token_logprobs
+    assert not plain.cached and plain.token_logprobs is None and "logprobs" not in openai_server.chat_requests[1]
+    assert openai_server.chat_requests[0]["logprobs"] is True
+    # a key without logprobs is the key every reply cached before the option existed was stored under
+    base = dict(model="m", messages=MESSAGES, response_format=None, temperature=0.0, max_tokens=8, seed=None)
+    assert request_key(**base) == request_key(**base, logprobs=False) != request_key(**base, logprobs=True)
+
+
 def test_cache_disabled_in_config_always_calls(openai_server, cache):
     with LLMClient(make_cfg(openai_server, cache=False), cache=cache) as llm:
         llm.chat(MESSAGES)
