@@ -42,10 +42,10 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Callable, Mapping, Sequence
 
-from harness.atomic import atomic_write_json, atomic_write_text
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
 from research.diagnosis import read_rows
+from research.perf.output import write_result
 from research.stats import paired_test, per_question
 
 MARGINS = (0.0, 0.04, 0.08, 0.12, 0.2)
@@ -200,12 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {"command": "python -m research.perf.bench_abstention_reader " + " ".join(sys.argv[1:] if argv is None else argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "preset": args.preset,
               "split": args.split, "signal": args.signal, "runs": out_runs}
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_path, result)
-    table = render(result)
-    atomic_write_text(out_path.with_suffix(".md"), table + "\n")
-    print(table)
-    print(f"wrote {out_path}")
+    write_result(out_path, result, render(result))
     return 0
 
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Sequence
 
-from harness.atomic import atomic_write_json, atomic_write_text
 from harness.paths import REPO_ROOT, runs_dir
 from research.diagnosis import read_rows
+from research.perf.output import write_result
 from research.stats import paired_test, per_question
 
 DEFAULT_VARIANTS = "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"
@@ -178,11 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "common_overrides": common, "reference": args.reference, "variants": summaries,
         "paired": compare(rows, args.reference),
     }
-    atomic_write_json(out, result)
-    table = render(result)
-    atomic_write_text(out.with_suffix(".md"), table + "\n")
-    print(table)
-    print(f"wrote {out}")
+    write_result(out, result, render(result))
     return 0
 
 

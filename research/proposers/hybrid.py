@@ -32,8 +32,6 @@ from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_s
 from research.study import SharedStudy, field_levers, overrides_of
 from research.trajectory import ExperimentRecord
 
-EXPLORE = EXPLORE_HYPOTHESIS  # its record has no subspace: the step after it asks the model
-
 
 def is_exploration(rec: ExperimentRecord) -> bool:
     return rec.proposer == "hybrid" and is_sampler_draw(rec)
@@ -132,7 +130,7 @@ class HybridProposer(Proposer):
     def _explore(self, ctx: ResearchContext) -> Proposal:
         """TPE over every field lever (what research.proposer=optuna asks for at this step seed)."""
         values = self.study.suggest(None, ctx.seed)
-        return Proposal(f"{EXPLORE} (step seed {ctx.seed})", "hyperparameter_tuning",
+        return Proposal(f"{EXPLORE_HYPOTHESIS} (step seed {ctx.seed})", "hyperparameter_tuning",
                         "a jump the lever-by-lever hypotheses cannot make", [], overrides_of(values), seed=ctx.seed)
 
     def _tuned(self, ctx: ResearchContext, head: Proposal | None, current: tuple[str, list[str], str] | None) -> Proposal:

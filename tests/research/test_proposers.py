@@ -151,7 +151,8 @@ def test_hybrid_asks_the_llm_for_a_subspace_then_tunes_inside_it(naive, server, 
 
 
 def test_hybrid_explores_the_whole_space_first_and_after_a_pivot(naive, server, client) -> None:
-    from research.proposers.hybrid import EXPLORE, is_exploration
+    from research.proposers.base import EXPLORE_HYPOTHESIS as EXPLORE
+    from research.proposers.hybrid import is_exploration
 
     study = SharedStudy(seed=0)
     hybrid = HybridProposer(client, study, trials=3, explore_first=2, explore_on_pivot=True)
