@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import ConfigError, MemsysError
 from research import decide as D
 from research.errors import ForbiddenEditError, ProposalFormatError
-from research.failures import Failure, FailureClass, _failure, classify_exception
+from research.failures import PRE_EVALUATION_REJECTIONS, Failure, FailureClass, _failure, classify_exception
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.trajectory import ExperimentRecord
 
@@ -222,12 +222,12 @@ class Experiment:
         entry = {"attempt": attempt, "action": "reask", "stage": verdict.stage, "reason": verdict.failure.message}
         rec.healing.append(entry)
         lc = loop.setup.research.loop
+        ctx = self.ctx_without(prop, verdict)
         try:
-            again = self.proposer.reconsider(self.ctx, prop, verdict.failure.message, "not evaluated", tried,
+            again = self.proposer.reconsider(ctx, prop, verdict.failure.message, "not evaluated", tried,
                                              lc.duplicate_temperature)
             if again is None:  # a sampler simply samples again, with another seed
-                again = loop.propose(self.proposer, dataclasses.replace(self.ctx, seed=self.ctx.seed + 7919 * (attempt + 1)),
-                                     rec)
+                again = loop.propose(self.proposer, dataclasses.replace(ctx, seed=ctx.seed + 7919 * (attempt + 1)), rec)
         except (ProposalFormatError, MemsysError) as exc:
             entry["result"] = f"re-ask failed: {exc}"
             return Stop("failed", classify_exception(exc), "propose")
@@ -235,6 +235,18 @@ class Experiment:
         again.cost_usd += prop.cost_usd
         entry["result"] = "new proposal"
         return again
+
+    def ctx_without(self, prop: Proposal, verdict: Stop) -> ResearchContext:
+        """The context of a re-ask: the refused proposal's levers join the withheld ones (the menu
+        leaves them out), so a model that repeats itself cannot send the same change back."""
+        from research.levers import levers_of
+
+        assert self.ctx is not None
+        if prop.edits or verdict.failure.cls not in PRE_EVALUATION_REJECTIONS:
+            return self.ctx
+        why = f"{'; '.join(prop.config_overrides)}: {verdict.failure.message[:80]}"
+        withheld = {**self.ctx.withheld, **{lv: why for lv in levers_of(prop.config_overrides)}}
+        return dataclasses.replace(self.ctx, withheld=withheld)
 
     def _take(self, prop: Proposal) -> None:
         rec = self.rec

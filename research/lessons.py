@@ -68,6 +68,33 @@ def is_no_effect(rec: ExperimentRecord) -> bool:
                                            or rec.screen.get("verdict") in ("no effect", "no_effect"))
 
 
+def withheld_levers(history: Sequence[ExperimentRecord], start_commit: str | None) -> dict[str, str]:
+    """Lever id -> why the menu leaves it out of the next proposal from ``start_commit``: a config-only
+    change of it from that very commit was refused before evaluation (no effect, or a repeat).
+
+    Seen in a 20-step run of the embedded 1.5B model: told in the journal that ``sparse_k=50`` did
+    nothing under ``top_k=20``, it proposed ``sparse_k=50`` again eight times. A change from
+    another commit says nothing about this one, so only records with this parent count; the
+    newest refusal of a lever gives its reason."""
+    from research.levers import levers_of
+
+    out: dict[str, str] = {}
+    for rec in history:
+        if not start_commit or rec.parent_commit != start_commit or rec.edits or not rec.config_overrides:
+            continue
+        if not is_no_effect(rec) and _failure_cls(rec) != "identical_conditions":
+            continue
+        why = "a repeat" if _failure_cls(rec) == "identical_conditions" else "no effect"
+        for lever in levers_of(rec.config_overrides):
+            out[lever] = f"{_short_changes(rec)}: {why}, {rec.experiment_id}"
+    return out
+
+
+def _short_changes(rec: ExperimentRecord) -> str:
+    text = describe_changes(rec)
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
 def significance(rec: ExperimentRecord, alpha: float = ALPHA) -> str:
     """better | worse | none | "" (no paired test recorded), by the test's one-sided p-values
     (``research.stats.PairedTest``: p_better small means better), else by its interval."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from harness.errors import ConfigError
 from memsys.config import MemoryConfig
@@ -353,12 +353,37 @@ def _values_text(lever: Lever, cfg: MemoryConfig) -> str:
     return "{" + "|".join(format_value(v) for v in opts) + "}"
 
 
-def render_levers(cfg: MemoryConfig, *, reader_free: bool = False) -> str:
-    """One line per live lever, ``id = current  [values that act]  effect`` (dead levers left out)."""
+def offered_levers(cfg: MemoryConfig, *, reader_free: bool = False,
+                   withheld: Collection[str] = ()) -> list[Lever]:
+    """The live levers a menu offers: ``withheld`` ones left out, unless that would leave none."""
+    live = live_levers(cfg, reader_free=reader_free)
+    offered = [lv for lv in live if lv.id not in withheld]
+    return offered or live
+
+
+def levers_of(overrides: Sequence[str]) -> list[str]:
+    """Ids of the levers a set of overrides writes: each field lever whose path is set, and each
+    macro whose every path is set (so a menu reply maps back to the levers it named)."""
+    paths = {_split(o)[0] for o in overrides if "=" in o}
+    return [lv.id for lv in _catalogue() if lv.sets and set(lv.sets) <= paths]
+
+
+def render_levers(cfg: MemoryConfig, *, reader_free: bool = False, withheld: Mapping[str, str] | None = None) -> str:
+    """One line per live lever, ``id = current  [values that act]  effect`` (dead levers left out).
+
+    ``withheld``: lever id -> why it is not offered now; those leave the list for one closing line
+    that says why, so the model knows they exist and what became of them."""
+    withheld = withheld or {}
+    offered = offered_levers(cfg, reader_free=reader_free, withheld=withheld)
     lines = []
-    for lv in live_levers(cfg, reader_free=reader_free):
+    for lv in offered:
         cur = lv.current(cfg)
         lines.append(f"{lv.id} = {'-' if cur is None else format_value(cur)}  {_values_text(lv, cfg)}  {lv.effect}")
+    shown = {lv.id for lv in offered}
+    left_out = [f"{i} ({why})" for i, why in withheld.items() if i not in shown and lever_by_id(i) is not None]
+    if left_out:
+        lines.append("Not offered now, their last change from this config was refused before evaluation: "
+                     + "; ".join(left_out))
     return "\n".join(lines)
 
 
@@ -422,13 +447,17 @@ def _value_schema(lever: Lever, cfg: MemoryConfig) -> dict[str, Any]:
     return {"enum": lever.options(cfg)}  # bool, choice, float grid: the values that act
 
 
-def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = False) -> dict[str, Any]:
+def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = False,
+                withheld: Collection[str] = ()) -> dict[str, Any]:
     """JSON schema of a menu reply: 1..max_changes changes, each a live lever with a value that can act.
-    Uses only what llama.cpp's json-schema-to-grammar supports (anyOf, const, enum, integer bounds)."""
+    Uses only what llama.cpp's json-schema-to-grammar supports (anyOf, const, enum, integer bounds).
+
+    ``withheld`` levers are not in it (see ``offered_levers``): a 1.5B model told in words that a change
+    did nothing proposes it again, step after step; a grammar that cannot express it ends that."""
     items = [{"type": "object",
               "properties": {"lever": {"const": lv.id}, "value": _value_schema(lv, cfg)},
               "required": ["lever", "value"], "additionalProperties": False}
-             for lv in live_levers(cfg, reader_free=reader_free)]
+             for lv in offered_levers(cfg, reader_free=reader_free, withheld=withheld)]
     if not items:
         raise ProposalFormatError("no live lever in this config")
     return {"type": "object",

@@ -609,15 +609,17 @@ class ResearchLoop:
     # ------------------------------------------------------------------ researcher context, tracking
     def context(self) -> ResearchContext:
         from research.context import build_context
+        from research.lessons import withheld_levers
         from research.levers import render_levers
 
         st = self.state
         cfg = self.config_at(st.start_commit) or self.config_at(st.best_commit)
         reader_free = self.setup.eval.eval.reader == "none"
-        knobs = (render_levers(cfg, reader_free=reader_free) if cfg is not None
+        withheld = withheld_levers(self.records, st.start_commit)
+        knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld) if cfg is not None
                  else "(the preset no longer parses with the base schema)")
         ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)
-        ctx.reader_free = reader_free
+        ctx.reader_free, ctx.withheld = reader_free, withheld
         if cfg is not None:
             ctx.memory = cfg
         return ctx

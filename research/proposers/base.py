@@ -61,6 +61,7 @@ class ResearchContext:
     memory: Any = None  # the resolved MemoryConfig at the best commit (levers, menu schema)
     reader_free: bool = False  # the objective sees only the context: reader-only levers are dead
     seed: int = 0  # sampling seed of this step (recorded; replay goes through the reply cache)
+    withheld: dict[str, str] = field(default_factory=dict)  # lever id -> why the menu leaves it out now
 
 
 class Proposer(ABC):

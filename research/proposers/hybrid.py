@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from research.errors import ProposalFormatError
-from research.levers import coupled_levers, live_levers
+from research.levers import coupled_levers, offered_levers
 from research.proposers.base import EXPLORE_HYPOTHESIS, Proposal, Proposer, ResearchContext, is_sampler_draw
 from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
 from research.study import SharedStudy, field_levers, overrides_of
@@ -77,7 +77,8 @@ class HybridProposer(Proposer):
     def _live_ids(self, ctx: ResearchContext) -> tuple[list[str], str]:
         """The levers a new hypothesis may name, and the line that tells the model which were left out."""
         tunable = {lv.id for lv in field_levers()}
-        ids = [lv.id for lv in live_levers(ctx.memory, reader_free=ctx.reader_free) if lv.id in tunable]
+        ids = [lv.id for lv in offered_levers(ctx.memory, reader_free=ctx.reader_free, withheld=ctx.withheld)
+               if lv.id in tunable]
         if not ids:
             raise ProposalFormatError("no live field lever to tune in the best config")
         offered, spent = untried_levers(ids, ctx.history)

@@ -7,13 +7,13 @@ import pytest
 from harness.tokens import count_tokens
 from research.experiment import Screen
 from research.failures import FailureClass, _failure
-from research.lessons import lesson_for, significance, summarize_lessons
+from research.lessons import lesson_for, significance, summarize_lessons, withheld_levers
 from research.stats import paired_test
 from research.trajectory import ExperimentRecord
 
 
-def rec(index: int, decision: str, overrides=(), edits=(), **kw) -> ExperimentRecord:
-    return ExperimentRecord("r", index, f"exp-{index:03d}", "llm", "c0", decision=decision,
+def rec(index: int, decision: str, overrides=(), edits=(), parent: str = "c0", **kw) -> ExperimentRecord:
+    return ExperimentRecord("r", index, f"exp-{index:03d}", "llm", parent, decision=decision,
                             config_overrides=list(overrides), edits=[dict(e) for e in edits],
                             objective=kw.pop("objective", "all_honest"), **kw)
 
@@ -107,3 +107,26 @@ def test_summary_fits_its_budget_and_keeps_the_newest(limit: int) -> None:
     assert count_tokens(text) <= limit
     if text:  # the newest lesson is the first one to get in
         assert "answer.context_text=both" in text
+
+
+def test_withheld_levers_are_those_refused_before_evaluation_from_the_same_commit() -> None:
+    no_effect = failure(FailureClass.NO_EFFECT, "no effect: identical reader inputs", "screen")
+    repeat = failure(FailureClass.IDENTICAL_CONDITIONS, "repeats exp-001", "propose")
+    history = [
+        rec(0, "baseline"),
+        rec(1, "iterate", ["retrieval.top_k=9"], delta=0.0),  # evaluated: stays offered
+        rec(2, "rejected", ["retrieval.sparse_k=50"], failure=no_effect),
+        rec(3, "rejected", ["retrieval.dense_k=8", "retrieval.top_k=8"], failure=repeat),
+        rec(4, "rejected", ["graph.hops=3"], failure=no_effect, parent="c1"),  # another start commit
+        rec(5, "rejected", ["retrieval.rrf_k=30"], edits=[EDIT], failure=no_effect),  # code too
+        rec(6, "failed", ["retrieval.merge=rrf"], failure=failure(FailureClass.RUNTIME_ERROR, "boom", "evaluate")),
+        rec(7, "rejected", ["retrieval.sparse_k=40"], failure=no_effect),  # the newest reason wins
+    ]
+    assert withheld_levers(history, "c0") == {
+        "retrieval.sparse_k": "retrieval.sparse_k=40: no effect, exp-007",
+        "retrieval.dense_k": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",
+        "retrieval.top_k": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",
+        "widen_dense": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",  # the macro writing both
+    }
+    assert withheld_levers(history, "c1") == {"graph.hops": "graph.hops=3: no effect, exp-004"}
+    assert withheld_levers(history, None) == {} and withheld_levers(history, "c9") == {}

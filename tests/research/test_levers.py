@@ -35,8 +35,10 @@ from research.levers import (
     effective_key,
     effective_view,
     get_path,
+    levers_of,
     live_levers,
     menu_schema,
+    offered_levers,
     optuna_distribution,
     params_of,
     parse_menu,
@@ -288,6 +290,30 @@ def test_menu_schema_offers_live_levers_with_values_that_act():
     theta = next(i for i in omni["properties"]["changes"]["items"]["anyOf"] if i["properties"]["lever"]["const"] == "pyramid.theta")
     assert 0.4 not in theta["properties"]["value"]["enum"] and 0.45 in theta["properties"]["value"]["enum"]
     json.dumps(omni)  # plain JSON
+
+
+def test_withheld_levers_leave_the_menu_and_the_list_says_why_unless_nothing_would_be_left():
+    cfg = load_memory_config("naive")
+    ids = [lv.id for lv in live_levers(cfg, reader_free=True)]
+    why = {"retrieval.top_k": "retrieval.top_k=5: no effect, exp-001", "graph.hops": "dead here: never shown"}
+    schema = menu_schema(cfg, reader_free=True, withheld=why)
+    offered = [i["properties"]["lever"]["const"] for i in schema["properties"]["changes"]["items"]["anyOf"]]
+    assert offered == [i for i in ids if i != "retrieval.top_k"]
+    text = render_levers(cfg, reader_free=True, withheld=why)
+    assert "retrieval.top_k = " not in text and "retrieval.dense_k = 5" in text
+    assert text.splitlines()[-1] == ("Not offered now, their last change from this config was refused before "
+                                     "evaluation: retrieval.top_k (retrieval.top_k=5: no effect, exp-001); "
+                                     "graph.hops (dead here: never shown)")
+    everything = dict.fromkeys(ids, "refused")
+    assert [lv.id for lv in offered_levers(cfg, reader_free=True, withheld=everything)] == ids  # all offered again
+    assert render_levers(cfg, reader_free=True, withheld=everything) == render_levers(cfg, reader_free=True)
+
+
+def test_levers_of_maps_overrides_back_to_field_levers_and_whole_macros():
+    assert levers_of(["memory.retrieval.sparse_k = 50"]) == ["retrieval.sparse_k"]
+    assert set(levers_of(["retrieval.dense_k=8", "retrieval.top_k=8"])) == {
+        "retrieval.dense_k", "retrieval.top_k", "widen_dense"}
+    assert levers_of(["retrieval.no_such_knob=1"]) == []
 
 
 def test_parse_menu_turns_a_reply_into_validated_overrides():

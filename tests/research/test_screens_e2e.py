@@ -140,3 +140,49 @@ def test_dead_levers_code_without_effect_and_reworded_repeats_are_rejected(repo:
 def _rows(run_dir: Path, eval_dir: str) -> int:
     """Questions scored in one evaluation folder."""
     return len((run_dir / eval_dir / "predictions.jsonl").read_text(encoding="utf-8").splitlines())
+
+
+def menu_reply(lever: str, value: Any) -> dict[str, Any]:
+    return {"hypothesis": f"{lever} to {value}", "targets": "retrieval_miss", "why": "evidence is missed",
+            "changes": [{"lever": lever, "value": value}]}
+
+
+def menu_levers(request: dict[str, Any]) -> list[str]:
+    """The lever ids a request's JSON schema lets the model name."""
+    schema = request["response_format"]["json_schema"]["schema"]
+    return [item["properties"]["lever"]["const"] for item in schema["properties"]["changes"]["items"]["anyOf"]]
+
+
+def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commit_changes(repo: Path, runs: Path) -> None:
+    """Menu mode (the embedded model's): a change refused before evaluation takes its lever out of the
+    reply's JSON schema, for the re-asks and for the next experiments from the same commit, and the
+    levers section says why. The 1.5B model, told only in words, sent ``sparse_k=50`` back eight times."""
+    run_id = "withheld"
+    with OpenAITestServer() as server:
+        server.handler = lambda body: Reply.ok("UNSCRIPTED")
+        # exp-001: top_k=5 is naive's value (static no-op), re-asked twice with the same reply;
+        # exp-002: an evaluated change, which spends the budget of one
+        server.enqueue(*(Reply.of_json(menu_reply("retrieval.top_k", 5)) for _ in range(3)),
+                       Reply.of_json(menu_reply("widen_dense", 3)))
+        setup = scripted_setup(repo, 1, "research.researcher.mode=menu")
+        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
+        requests = server.chat_requests
+        assert server.pending == 0
+    records, _ = read_trajectory(runs / run_id, strict=True)
+    assert [r.decision for r in records[:2]] == ["baseline", "rejected"] and len(records) == 3
+    assert st.evaluated == 1 and st.status == "finished"
+    refused, evaluated = records[1], records[2]
+    assert refused.failure["cls"] == "no_effect" and [h["action"] for h in refused.healing] == ["reask", "reask"]
+    assert len(requests) == 4
+    first, *reasks, nxt = (menu_levers(r) for r in requests)
+    assert "retrieval.top_k" in first and "widen_dense" in first
+    for offered in (*reasks, nxt):  # every request after the refusal: top_k gone (widen_dense, which
+        # writes dense_k too, is another change and stays)
+        assert "retrieval.top_k" not in offered and "retrieval.dense_k" in offered
+        assert set(offered) == set(first) - {"retrieval.top_k"}
+    step = requests[3]["messages"][-1]["content"]
+    levers = step.split("Levers (live in the best config", 1)[1].split("Source excerpts", 1)[0]
+    assert "retrieval.top_k = 5" not in levers
+    assert ("Not offered now, their last change from this config was refused before evaluation: "
+            "retrieval.top_k (retrieval.top_k=5: no effect, exp-001)") in levers
+    assert evaluated.parent_commit == refused.parent_commit and evaluated.objective_value is not None
