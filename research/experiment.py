@@ -244,7 +244,7 @@ class Experiment:
         assert self.ctx is not None
         if prop.edits or verdict.failure.cls not in PRE_EVALUATION_REJECTIONS:
             return self.ctx
-        why = f"{'; '.join(prop.config_overrides)}: {verdict.failure.message[:80]}"
+        why = f"refused before evaluation: {'; '.join(prop.config_overrides)}, {verdict.failure.message[:80]}"
         withheld = {**self.ctx.withheld, **{lv: why for lv in levers_of(prop.config_overrides)}}
         return dataclasses.replace(self.ctx, withheld=withheld)
 

@@ -68,17 +68,33 @@ def is_no_effect(rec: ExperimentRecord) -> bool:
                                            or rec.screen.get("verdict") in ("no effect", "no_effect"))
 
 
-def withheld_levers(history: Sequence[ExperimentRecord], start_commit: str | None) -> dict[str, str]:
-    """Lever id -> why the menu leaves it out of the next proposal from ``start_commit``: a config-only
-    change of it from that very commit was refused before evaluation (no effect, or a repeat).
+def withheld_levers(history: Sequence[ExperimentRecord], start_commit: str | None, *,
+                    pivot: bool = False) -> dict[str, str]:
+    """Lever id -> why the menu leaves it out of the next proposal from ``start_commit``.
 
-    Seen in a 20-step run of the embedded 1.5B model: told in the journal that ``sparse_k=50`` did
-    nothing under ``top_k=20``, it proposed ``sparse_k=50`` again eight times. A change from
-    another commit says nothing about this one, so only records with this parent count; the
-    newest refusal of a lever gives its reason."""
+    - A config-only change of it from that very commit was refused before evaluation (no effect, or
+      a repeat). Seen in a 20-step run of the embedded 1.5B model: told in the journal that
+      ``sparse_k=50`` did nothing under ``top_k=20``, it proposed ``sparse_k=50`` again eight times.
+      A change from another commit says nothing about this one, so only records with this parent count.
+    - On a pivot, also every lever the abandoned direction moved: the evaluated experiments since the
+      best last moved (a sampler's draw of every lever aside). Asked to "change direction", the same
+      model went on raising ``sparse_k`` one step at a time; the hybrid's hypotheses follow the same rule.
+    The newest record of a lever gives its reason."""
     from research.levers import levers_of
+    from research.proposers.base import is_sampler_draw
 
     out: dict[str, str] = {}
+    if pivot:
+        abandoned: dict[str, list[str]] = {}
+        for rec in reversed(history):
+            if rec.decision in ("proceed", "baseline"):
+                break
+            if rec.objective_value is None or rec.decision not in ("iterate", "pivot") or is_sampler_draw(rec):
+                continue
+            for lever in levers_of(rec.config_overrides):
+                abandoned.setdefault(lever, []).insert(0, rec.experiment_id)
+        out.update({lv: f"moved by {', '.join(ids)} since the best last moved, no supported gain"
+                    for lv, ids in abandoned.items()})
     for rec in history:
         if not start_commit or rec.parent_commit != start_commit or rec.edits or not rec.config_overrides:
             continue
@@ -86,7 +102,7 @@ def withheld_levers(history: Sequence[ExperimentRecord], start_commit: str | Non
             continue
         why = "a repeat" if _failure_cls(rec) == "identical_conditions" else "no effect"
         for lever in levers_of(rec.config_overrides):
-            out[lever] = f"{_short_changes(rec)}: {why}, {rec.experiment_id}"
+            out[lever] = f"refused before evaluation: {_short_changes(rec)}, {why}, {rec.experiment_id}"
     return out
 
 

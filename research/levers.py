@@ -380,10 +380,10 @@ def render_levers(cfg: MemoryConfig, *, reader_free: bool = False, withheld: Map
         cur = lv.current(cfg)
         lines.append(f"{lv.id} = {'-' if cur is None else format_value(cur)}  {_values_text(lv, cfg)}  {lv.effect}")
     shown = {lv.id for lv in offered}
-    left_out = [f"{i} ({why})" for i, why in withheld.items() if i not in shown and lever_by_id(i) is not None]
+    live = {lv.id for lv in live_levers(cfg, reader_free=reader_free)}  # a dead lever is not shown either way
+    left_out = [f"{i} ({why})" for i, why in withheld.items() if i in live and i not in shown]
     if left_out:
-        lines.append("Not offered now, their last change from this config was refused before evaluation: "
-                     + "; ".join(left_out))
+        lines.append("Not offered now: " + "; ".join(left_out))
     return "\n".join(lines)
 
 

@@ -615,7 +615,7 @@ class ResearchLoop:
         st = self.state
         cfg = self.config_at(st.start_commit) or self.config_at(st.best_commit)
         reader_free = self.setup.eval.eval.reader == "none"
-        withheld = withheld_levers(self.records, st.start_commit)
+        withheld = withheld_levers(self.records, st.start_commit, pivot=st.mode == "pivot")
         knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld) if cfg is not None
                  else "(the preset no longer parses with the base schema)")
         ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)

@@ -12,8 +12,9 @@ from research.stats import paired_test
 from research.trajectory import ExperimentRecord
 
 
-def rec(index: int, decision: str, overrides=(), edits=(), parent: str = "c0", **kw) -> ExperimentRecord:
-    return ExperimentRecord("r", index, f"exp-{index:03d}", "llm", parent, decision=decision,
+def rec(index: int, decision: str, overrides=(), edits=(), parent: str = "c0", proposer: str = "llm",
+        **kw) -> ExperimentRecord:
+    return ExperimentRecord("r", index, f"exp-{index:03d}", proposer, parent, decision=decision,
                             config_overrides=list(overrides), edits=[dict(e) for e in edits],
                             objective=kw.pop("objective", "all_honest"), **kw)
 
@@ -123,10 +124,32 @@ def test_withheld_levers_are_those_refused_before_evaluation_from_the_same_commi
         rec(7, "rejected", ["retrieval.sparse_k=40"], failure=no_effect),  # the newest reason wins
     ]
     assert withheld_levers(history, "c0") == {
-        "retrieval.sparse_k": "retrieval.sparse_k=40: no effect, exp-007",
-        "retrieval.dense_k": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",
-        "retrieval.top_k": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",
-        "widen_dense": "retrieval.dense_k=8, retrieval.top_k=8: a repeat, exp-003",  # the macro writing both
-    }
-    assert withheld_levers(history, "c1") == {"graph.hops": "graph.hops=3: no effect, exp-004"}
+        "retrieval.sparse_k": "refused before evaluation: retrieval.sparse_k=40, no effect, exp-007",
+        "retrieval.dense_k": "refused before evaluation: retrieval.dense_k=8, retrieval.top_k=8, a repeat, exp-003",
+        "retrieval.top_k": "refused before evaluation: retrieval.dense_k=8, retrieval.top_k=8, a repeat, exp-003",
+        "widen_dense": "refused before evaluation: retrieval.dense_k=8, retrieval.top_k=8, a repeat, exp-003",
+    }  # widen_dense: the macro writing both
+    assert withheld_levers(history, "c1") == {"graph.hops": "refused before evaluation: graph.hops=3, no effect, exp-004"}
     assert withheld_levers(history, None) == {} and withheld_levers(history, "c9") == {}
+
+
+def test_a_pivot_also_withholds_the_levers_the_abandoned_direction_moved() -> None:
+    history = [
+        rec(0, "baseline", objective_value=0.2),
+        rec(1, "iterate", ["retrieval.graph_k=4"], objective_value=0.19, delta=-0.01),  # before the best moved
+        rec(2, "proceed", ["retrieval.sparse_k=25"], objective_value=0.6, delta=0.4),
+        rec(3, "iterate", ["retrieval.sparse_k=30"], objective_value=0.6, delta=0.003),
+        rec(4, "failed", ["retrieval.merge=rrf"]),  # never measured: says nothing about the direction
+        rec(5, "iterate", ["retrieval.top_k=9"], objective_value=0.59, delta=-0.01,
+            proposer="optuna"),  # a sampler's draw, not the model's direction
+        rec(6, "pivot", ["retrieval.sparse_k=35", "retrieval.speaker_first=true"], objective_value=0.6, delta=0.007),
+        rec(7, "rejected", ["retrieval.dense_k=12"], parent="c0",
+            failure=failure(FailureClass.NO_EFFECT, "no effect", "screen")),
+    ]
+    assert withheld_levers(history, "c0", pivot=True) == {
+        "retrieval.sparse_k": "moved by exp-003, exp-006 since the best last moved, no supported gain",
+        "retrieval.speaker_first": "moved by exp-006 since the best last moved, no supported gain",
+        "retrieval.dense_k": "refused before evaluation: retrieval.dense_k=12, no effect, exp-007",
+    }
+    assert withheld_levers(history, "c0") == {
+        "retrieval.dense_k": "refused before evaluation: retrieval.dense_k=12, no effect, exp-007"}

@@ -295,15 +295,15 @@ def test_menu_schema_offers_live_levers_with_values_that_act():
 def test_withheld_levers_leave_the_menu_and_the_list_says_why_unless_nothing_would_be_left():
     cfg = load_memory_config("naive")
     ids = [lv.id for lv in live_levers(cfg, reader_free=True)]
-    why = {"retrieval.top_k": "retrieval.top_k=5: no effect, exp-001", "graph.hops": "dead here: never shown"}
+    why = {"retrieval.top_k": "refused before evaluation: retrieval.top_k=5, no effect, exp-001",
+           "graph.hops": "dead here: never shown"}
     schema = menu_schema(cfg, reader_free=True, withheld=why)
     offered = [i["properties"]["lever"]["const"] for i in schema["properties"]["changes"]["items"]["anyOf"]]
     assert offered == [i for i in ids if i != "retrieval.top_k"]
     text = render_levers(cfg, reader_free=True, withheld=why)
     assert "retrieval.top_k = " not in text and "retrieval.dense_k = 5" in text
-    assert text.splitlines()[-1] == ("Not offered now, their last change from this config was refused before "
-                                     "evaluation: retrieval.top_k (retrieval.top_k=5: no effect, exp-001); "
-                                     "graph.hops (dead here: never shown)")
+    assert text.splitlines()[-1] == ("Not offered now: retrieval.top_k (refused before evaluation: "
+                                     "retrieval.top_k=5, no effect, exp-001)")  # graph.hops: dead, not listed
     everything = dict.fromkeys(ids, "refused")
     assert [lv.id for lv in offered_levers(cfg, reader_free=True, withheld=everything)] == ids  # all offered again
     assert render_levers(cfg, reader_free=True, withheld=everything) == render_levers(cfg, reader_free=True)

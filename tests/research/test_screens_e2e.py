@@ -156,33 +156,41 @@ def menu_levers(request: dict[str, Any]) -> list[str]:
 def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commit_changes(repo: Path, runs: Path) -> None:
     """Menu mode (the embedded model's): a change refused before evaluation takes its lever out of the
     reply's JSON schema, for the re-asks and for the next experiments from the same commit, and the
-    levers section says why. The 1.5B model, told only in words, sent ``sparse_k=50`` back eight times."""
+    levers section says why; a pivot also takes out the levers the abandoned direction moved. The 1.5B
+    model, told only in words, sent ``sparse_k=50`` back eight times in one run."""
     run_id = "withheld"
     with OpenAITestServer() as server:
         server.handler = lambda body: Reply.ok("UNSCRIPTED")
         # exp-001: top_k=5 is naive's value (static no-op), re-asked twice with the same reply;
-        # exp-002: an evaluated change, which spends the budget of one
+        # exp-002: evaluated, fewer candidates: no gain, a pivot (one attempt per hypothesis);
+        # exp-003: evaluated, which spends the budget of two
         server.enqueue(*(Reply.of_json(menu_reply("retrieval.top_k", 5)) for _ in range(3)),
-                       Reply.of_json(menu_reply("widen_dense", 3)))
-        setup = scripted_setup(repo, 1, "research.researcher.mode=menu")
+                       Reply.of_json(menu_reply("widen_dense", 3)), Reply.of_json(menu_reply("retrieval.merge", "rrf")))
+        setup = scripted_setup(repo, 2, "research.researcher.mode=menu", "research.loop.max_iterations_per_hypothesis=1")
         st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
         requests = server.chat_requests
         assert server.pending == 0
     records, _ = read_trajectory(runs / run_id, strict=True)
-    assert [r.decision for r in records[:2]] == ["baseline", "rejected"] and len(records) == 3
-    assert st.evaluated == 1 and st.status == "finished"
-    refused, evaluated = records[1], records[2]
+    assert [r.decision for r in records[:3]] == ["baseline", "rejected", "pivot"] and len(records) == 4
+    assert st.evaluated == 2 and st.status == "finished"
+    refused, fewer, last = records[1:]
     assert refused.failure["cls"] == "no_effect" and [h["action"] for h in refused.healing] == ["reask", "reask"]
-    assert len(requests) == 4
-    first, *reasks, nxt = (menu_levers(r) for r in requests)
+    assert len(requests) == 5
+    first, *reasks, second, third = (menu_levers(r) for r in requests)
     assert "retrieval.top_k" in first and "widen_dense" in first
-    for offered in (*reasks, nxt):  # every request after the refusal: top_k gone (widen_dense, which
+    for offered in (*reasks, second):  # every request after the refusal: top_k gone (widen_dense, which
         # writes dense_k too, is another change and stays)
-        assert "retrieval.top_k" not in offered and "retrieval.dense_k" in offered
         assert set(offered) == set(first) - {"retrieval.top_k"}
-    step = requests[3]["messages"][-1]["content"]
-    levers = step.split("Levers (live in the best config", 1)[1].split("Source excerpts", 1)[0]
+    levers = _levers_section(requests[3])
     assert "retrieval.top_k = 5" not in levers
-    assert ("Not offered now, their last change from this config was refused before evaluation: "
-            "retrieval.top_k (retrieval.top_k=5: no effect, exp-001)") in levers
-    assert evaluated.parent_commit == refused.parent_commit and evaluated.objective_value is not None
+    assert "Not offered now: retrieval.top_k (refused before evaluation: retrieval.top_k=5, no effect, exp-001)" \
+        in levers
+    # after the pivot, from the same commit: the abandoned direction's lever is out too
+    assert fewer.parent_commit == refused.parent_commit == last.parent_commit and fewer.objective_value is not None
+    assert set(third) == set(first) - {"retrieval.top_k", "widen_dense", "retrieval.dense_k"}  # widen_dense's paths
+    assert "widen_dense (moved by exp-002 since the best last moved, no supported gain)" in _levers_section(requests[4])
+
+
+def _levers_section(request: dict[str, Any]) -> str:
+    step = request["messages"][-1]["content"]
+    return step.split("Levers (live in the best config", 1)[1].split("Source excerpts", 1)[0]
