@@ -440,10 +440,28 @@ def static_noop(cfg: MemoryConfig, overrides: Sequence[str]) -> str | None:
 
 
 # ---------------------------------------------------------------- schema-constrained menu
+#: most integers a menu lists for one lever; a wider span is offered on a round step
+MENU_INTS = 64
+_ROUND_STEPS = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
+
+
+def int_menu(lo: int, hi: int, most: int = MENU_INTS) -> list[int]:
+    """The integers a menu offers for the span [lo, hi]: every one, or a round step from ``lo`` (with
+    ``hi`` itself) when there are more than ``most``."""
+    if hi < lo:
+        return []
+    step = next((s for s in _ROUND_STEPS if (hi - lo) // s + 1 <= most), _ROUND_STEPS[-1])
+    values = list(range(lo, hi + 1, step))
+    return values if values[-1] == hi else [*values, hi]
+
+
 def _value_schema(lever: Lever, cfg: MemoryConfig) -> dict[str, Any]:
+    """An int's bounds are also spelled out as an ``enum``: llama.cpp's json-schema-to-grammar (0.3.x)
+    ignores ``minimum``/``maximum``, so the embedded model could answer ``dense_k=70`` to a [2..60] menu
+    and lose the step to a format failure; an enum is a grammar it cannot leave."""
     if lever.kind == "int":
         lo, hi = lever.span(cfg)
-        return {"type": "integer", "minimum": lo, "maximum": hi}
+        return {"type": "integer", "minimum": lo, "maximum": hi, "enum": int_menu(int(lo), int(hi))}
     return {"enum": lever.options(cfg)}  # bool, choice, float grid: the values that act
 
 

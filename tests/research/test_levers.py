@@ -28,6 +28,7 @@ from research.levers import (
     DEAD,
     FAILURE_TARGETS,
     LIVE_RULES,
+    MENU_INTS,
     SPAN_CAPS,
     Lever,
     catalogue,
@@ -35,6 +36,7 @@ from research.levers import (
     effective_key,
     effective_view,
     get_path,
+    int_menu,
     levers_of,
     live_levers,
     menu_schema,
@@ -283,7 +285,7 @@ def test_menu_schema_offers_live_levers_with_values_that_act():
     assert (changes["minItems"], changes["maxItems"]) == (1, 2)
     by_id = {item["properties"]["lever"]["const"]: item["properties"]["value"] for item in changes["items"]["anyOf"]}
     assert list(by_id) == [lv.id for lv in live_levers(cfg)]
-    assert by_id["retrieval.top_k"] == {"type": "integer", "minimum": 2, "maximum": 5}
+    assert by_id["retrieval.top_k"] == {"type": "integer", "minimum": 2, "maximum": 5, "enum": [2, 3, 4, 5]}
     assert by_id["answer.response_format"] == {"enum": [True]}
     assert set(by_id["retrieval.merge"]["enum"]) == {"set_union", "rrf", "linear", "bm25_only"}
     omni = menu_schema(load_memory_config("omni"))
@@ -314,6 +316,20 @@ def test_levers_of_maps_overrides_back_to_field_levers_and_whole_macros():
     assert set(levers_of(["retrieval.dense_k=8", "retrieval.top_k=8"])) == {
         "retrieval.dense_k", "retrieval.top_k", "widen_dense"}
     assert levers_of(["retrieval.no_such_knob=1"]) == []
+
+
+def test_int_menus_list_every_value_or_a_round_step_and_the_grammar_enforces_them():
+    assert int_menu(2, 60) == list(range(2, 61))
+    assert int_menu(1000, 8000) == list(range(1000, 8001, 200))  # 36 values
+    assert int_menu(16, 256, most=10) == [*range(16, 257, 25), 256]  # 16, 41, ..., 241, then 256
+    assert int_menu(5, 4) == [] and int_menu(7, 7) == [7]
+    assert all(len(int_menu(lo, hi)) <= MENU_INTS + 1 for lo in (0, 1, 16, 1000) for hi in (20, 60, 257, 8000) if hi >= lo)
+    # the embedded server's grammar: an enum it honours (bare minimum/maximum it drops)
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    grammar = json_schema_to_gbnf(json.dumps(menu_schema(load_memory_config("naive"))))
+    rule = next(line for line in grammar.splitlines() if '"2" | "3" | "4" | "5"' in line)
+    assert '"6"' not in rule and '"60"' not in rule
 
 
 def test_parse_menu_turns_a_reply_into_validated_overrides():
