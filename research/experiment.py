@@ -27,6 +27,9 @@ from research.failures import PRE_EVALUATION_REJECTIONS, Failure, FailureClass, 
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.trajectory import ExperimentRecord
 
+#: a malformed reply is sampled again this far from its step's seed (re-asks use 7919 * attempt)
+RESAMPLE_SEED = 7919 * 10
+
 if TYPE_CHECKING:
     from research.loop import ResearchLoop
     from research.workspace import Worktree
@@ -159,9 +162,13 @@ class Experiment:
         t = time.perf_counter() - spent_s
         try:
             prop = first if first is not None else loop.propose(self.proposer, self.ctx, rec)
-        except (ProposalFormatError, MemsysError) as exc:
+        except ProposalFormatError as exc:
+            prop = self.resample(exc)
+        except MemsysError as exc:
+            prop = Stop("failed", classify_exception(exc), "propose")
+        if isinstance(prop, Stop):
             rec.durations["propose_s"] = time.perf_counter() - t
-            return Stop("failed", classify_exception(exc), "propose")
+            return prop
         tried: list[str] = []
         for attempt in range(loop.setup.research.loop.duplicate_reasks + 1):
             verdict = self.static_screen(prop)
@@ -179,6 +186,23 @@ class Experiment:
         rec.durations["propose_s"] = time.perf_counter() - t
         self._take(prop)
         return prop
+
+    def resample(self, error: ProposalFormatError) -> Proposal | Stop:
+        """A reply that is not a proposal (bad JSON, an unknown or dead lever, a value out of range) is
+        asked for once more at another seed: a slip of one sampled reply, not a verdict on the idea. A
+        second slip fails the experiment as before."""
+        entry: dict[str, Any] = {"attempt": 1, "action": "resample", "stage": "propose",
+                                 "reason": " ".join(str(error).split())[:200]}
+        self.rec.healing.append(entry)
+        assert self.ctx is not None
+        try:
+            again = self.loop.propose(self.proposer, dataclasses.replace(self.ctx, seed=self.ctx.seed + RESAMPLE_SEED),
+                                      self.rec)
+        except (ProposalFormatError, MemsysError) as exc:
+            entry["result"] = "failed again"
+            return Stop("failed", classify_exception(exc), "propose")
+        entry["result"] = "new proposal"
+        return again
 
     def static_screen(self, prop: Proposal) -> Stop | None:
         """Dead levers, unchanged values and already-evaluated effective configs (config-only changes;

@@ -56,7 +56,8 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
                     "config_overrides": ["retrieval.merge=dense_only", "retrieval.top_k=4", "retrieval.dense_k=4"]}
     # failed and rejected experiments do not spend the budget (4 evaluations): a sixth proposal is asked for
     server.enqueue(Reply.of_json(IMPROVE), Reply.of_json(DEGRADE), Reply.of_json(DEGRADE_AGAIN),
-                   Reply.ok("I think we should raise top_k. {not json"), Reply.of_json(FORBIDDEN),
+                   Reply.ok("I think we should raise top_k. {not json"), Reply.ok("{still not json"),
+                   Reply.of_json(FORBIDDEN),
                    Reply.of_json(DEGRADE_MORE))
     events: list[tuple[str, dict[str, Any]]] = []
     loop = ResearchLoop(scripted_setup(repo, 4), run_id, llm_opener=opener_for(server),
@@ -87,6 +88,9 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     assert "2 consecutive significant degradations" in deg2.notes
     assert bad.failure["stage"] == "propose" and bad.objective_value is None and bad.commit is None
     assert bad.failure["cls"] == "format_mismatch" and bad.durations.get("eval_s") is None
+    # a malformed reply is sampled once more (another seed); the second slip fails the experiment
+    assert [(h["action"], h["result"]) for h in bad.healing] == [("resample", "failed again")]
+    assert "not valid JSON" in bad.healing[0]["reason"]
     assert forb.failure["cls"] == "forbidden_edit" and forb.failure["stage"] == "apply"
     assert forb.objective_value is None and forb.eval_run_id is None and forb.eval_dir == "" and forb.screen == {}
     assert more.parent_commit == imp.commit and more.config_overrides == DEGRADE_MORE["config_overrides"]
@@ -102,7 +106,9 @@ def test_loop_proceed_iterate_pivot_failed_rejected(repo: Path, runs: Path, serv
     assert not list((run_dir / "evals").glob("exp-004*")) and not list((run_dir / "evals").glob("exp-005*"))
 
     # --- the researcher saw the loop's modes
-    prompts = [b["messages"][-1]["content"] for b in server.chat_requests]
+    requests = server.chat_requests
+    assert requests[4]["seed"] != requests[3]["seed"] and requests[4]["messages"] == requests[3]["messages"]
+    prompts = [b["messages"][-1]["content"] for i, b in enumerate(requests) if i != 4]  # 4: the resample
     assert len(prompts) == 6 and server.pending == 0
     assert "Propose a new hypothesis" in prompts[0] and "Propose a new hypothesis" in prompts[1]
     assert "Refine the current hypothesis" in prompts[2] and DEGRADE["hypothesis"] in prompts[2]

@@ -164,7 +164,9 @@ def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commi
         # exp-001: top_k=5 is naive's value (static no-op), re-asked twice with the same reply;
         # exp-002: evaluated, fewer candidates: no gain, a pivot (one attempt per hypothesis);
         # exp-003: evaluated, which spends the budget of two
+        # exp-002 starts with a value outside the lever's range (a server without the grammar): sampled again
         server.enqueue(*(Reply.of_json(menu_reply("retrieval.top_k", 5)) for _ in range(3)),
+                       Reply.of_json(menu_reply("retrieval.dense_k", 70)),
                        Reply.of_json(menu_reply("widen_dense", 3)), Reply.of_json(menu_reply("retrieval.merge", "rrf")))
         setup = scripted_setup(repo, 2, "research.researcher.mode=menu", "research.loop.max_iterations_per_hypothesis=1")
         st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
@@ -175,8 +177,11 @@ def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commi
     assert st.evaluated == 2 and st.status == "finished"
     refused, fewer, last = records[1:]
     assert refused.failure["cls"] == "no_effect" and [h["action"] for h in refused.healing] == ["reask", "reask"]
-    assert len(requests) == 5
-    first, *reasks, second, third = (menu_levers(r) for r in requests)
+    assert len(requests) == 6
+    assert [(h["action"], h["result"]) for h in records[2].healing] == [("resample", "new proposal")]
+    assert "retrieval.dense_k=70 is outside" in records[2].healing[0]["reason"]
+    assert requests[3]["messages"] == requests[4]["messages"] and requests[3]["seed"] != requests[4]["seed"]
+    first, *reasks, second, _, third = (menu_levers(r) for r in requests)
     assert "retrieval.top_k" in first and "widen_dense" in first
     for offered in (*reasks, second):  # every request after the refusal: top_k gone (widen_dense, which
         # writes dense_k too, is another change and stays)
@@ -188,7 +193,7 @@ def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commi
     # after the pivot, from the same commit: the abandoned direction's lever is out too
     assert fewer.parent_commit == refused.parent_commit == last.parent_commit and fewer.objective_value is not None
     assert set(third) == set(first) - {"retrieval.top_k", "widen_dense", "retrieval.dense_k"}  # widen_dense's paths
-    assert "widen_dense (moved by exp-002 since the best last moved, no supported gain)" in _levers_section(requests[4])
+    assert "widen_dense (moved by exp-002 since the best last moved, no supported gain)" in _levers_section(requests[5])
 
 
 def _levers_section(request: dict[str, Any]) -> str:
