@@ -183,7 +183,8 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
 
     # exp-002: a reply that is not JSON (failed, no evaluation); exp-003: a forbidden edit (rejected);
     # neither spends the budget, so exp-004 (evaluated) is the second experiment the budget counts
-    server.enqueue(Reply.ok("not json at all"), Reply.of_json(FORBIDDEN), Reply.of_json(DEGRADE))
+    server.enqueue(Reply.ok("not json at all"), Reply.ok("nor this"), Reply.of_json(FORBIDDEN),
+                   Reply.of_json(DEGRADE))  # a slip and its resample fail one experiment
     loop = ResearchLoop.from_run(run_id, llm_opener=opener_for(server))
     assert loop.resume and loop.setup.research.budget.experiments == 2
     st = loop.run()
@@ -202,5 +203,5 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     assert saved.best_commit == proceed_commit  # reconciled from the journal
     assert saved.best_value == pytest.approx(records[1].objective_value)
     assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == proceed_commit
-    assert server.pending == 0 and len(server.chat_requests) == 4
+    assert server.pending == 0 and len(server.chat_requests) == 5  # exp-002 asked twice (resample)
     assert_clean(repo, run_dir)

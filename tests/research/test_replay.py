@@ -168,7 +168,8 @@ def recorded(repo: Path, runs: Path) -> dict[str, Any]:
     with OpenAITestServer() as server:
         server.handler = lambda body: Reply.ok("UNSCRIPTED")  # an unscripted request fails loudly
         server.enqueue(Reply.of_json(CODE_EDIT), Reply.of_json(IMPROVE), Reply.of_json(DEGRADE),
-                       Reply.of_json(NO_EFFECT), Reply.ok("raise top_k, I think. {not json"), Reply.of_json(FORBIDDEN))
+                       Reply.of_json(NO_EFFECT), Reply.ok("raise top_k, I think. {not json"),
+                       Reply.ok("{again not json"), Reply.of_json(FORBIDDEN))  # the slip, then its resample
         head = git(repo, "rev-parse", "HEAD")
         st = ResearchLoop(scripted_setup(repo, 6, "research.loop.max_proposals_factor=1"), "rec",
                           llm_opener=opener_for(server)).run()
