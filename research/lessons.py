@@ -50,9 +50,12 @@ def _failure_cls(rec: ExperimentRecord) -> str:
     return str((rec.failure or {}).get("cls") or "")
 
 
-def _message(rec: ExperimentRecord) -> str:
-    text = " ".join(str((rec.failure or {}).get("message") or "").split())
+def _cut(text: str) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _message(rec: ExperimentRecord) -> str:
+    return _cut(" ".join(str((rec.failure or {}).get("message") or "").split()))
 
 
 def _screen_note(rec: ExperimentRecord) -> str:
@@ -102,13 +105,8 @@ def withheld_levers(history: Sequence[ExperimentRecord], start_commit: str | Non
             continue
         why = "a repeat" if _failure_cls(rec) == "identical_conditions" else "no effect"
         for lever in levers_of(rec.config_overrides):
-            out[lever] = f"refused before evaluation: {_short_changes(rec)}, {why}, {rec.experiment_id}"
+            out[lever] = f"refused before evaluation: {_cut(describe_changes(rec))}, {why}, {rec.experiment_id}"
     return out
-
-
-def _short_changes(rec: ExperimentRecord) -> str:
-    text = describe_changes(rec)
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 
 def significance(rec: ExperimentRecord, alpha: float = ALPHA) -> str:
