@@ -120,6 +120,8 @@ class IndexTextConfig:
                        choices=("text", "speaker", "speaker_date"))
     sparse: str = lever("speaker", "What BM25 indexes: the text, or speaker (and date) first",
                         choices=("text", "speaker", "speaker_date"))
+    neighbors: int = lever(0, "Turns of the same session before and after a memory that both indexes also see",
+                           low=0, high=3)
 
 
 @dataclass

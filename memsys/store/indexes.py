@@ -38,7 +38,7 @@ def sparse_text(m: MAU, fields: str, index_fields: str = LEGACY_INDEX_TEXT) -> s
     else:
         full = m.full_text
         body = m.summary if full == m.summary else f"{m.summary}\n{full}"
-    return body if index_fields == LEGACY_INDEX_TEXT else index_text(m, index_fields, body)
+    return index_text(m, index_fields, body)  # the legacy "text" is the body (and any neighbour context)
 
 
 def indexed_text(pos: int, m: MAU, fields: tuple[str, str], f: ScopeFields | None = None) -> IndexedText:

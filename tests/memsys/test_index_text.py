@@ -10,7 +10,8 @@ import pytest
 
 from harness.errors import ConfigError, StoreVersionError
 from memsys.config import load_memory_config, to_container
-from memsys.ingest.index_text import index_text
+from memsys.ingest.index_text import CONTEXT_KEY, index_text, neighbour_context
+from memsys.ingest.text import turn_text
 from memsys.memory import Memory
 from memsys.records import MAU, Turn
 from memsys.store.store import MemoryStore
@@ -35,7 +36,7 @@ def test_index_text_puts_speaker_and_date_before_the_text():
 
 
 def test_dense_vectors_embed_the_index_text_and_the_reader_keeps_its_own(tmp_path, embedder):
-    mem = Memory.create(tmp_path / "s", "omni")
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.ingest.index_text.neighbors=0"])
     mem.add(TURNS)
     m = mem.store.get("D1:3")
     want = embedder.embed_one("Caroline (8 May 2023): Pottery is my new hobby. [shared an image: a clay bowl]")
@@ -84,3 +85,39 @@ def test_a_store_from_before_index_text_opens_with_its_own_config_and_refuses_an
     ok = Memory.open(tmp_path / "old", "omni", overrides=["memory.ingest.index_text.dense=text"], read_only=True)
     ok.close()
     assert json.loads((tmp_path / "old" / "manifest.json").read_text())["count"] == 1  # nothing was rewritten
+
+
+def test_neighbour_context_takes_the_turns_around_within_the_session_only():
+    turns = [*TURNS, Turn("D2:1", "Melanie", "A new day.", TS, "S2")]
+    assert neighbour_context(turns, 0, turn_text) == {}
+    ctx = neighbour_context(turns, 1, turn_text)
+    assert ctx["D1:1"] == " | after: Melanie: The beach was lovely, we painted a sunset."
+    assert ctx["D1:2"] == (" | before: Caroline: I went to a support group yesterday."
+                           " | after: Caroline: Pottery is my new hobby. [shared an image: a clay bowl]")
+    assert "D2:1" not in ctx  # alone in its session: nothing to add
+    two = neighbour_context(turns, 2, turn_text, earlier=lambda sid: [("Bob", "old one"), ("Ann", "old two")])
+    assert two["D1:1"].startswith(" | before: Bob: old one / Ann: old two | after: Melanie: The beach")
+    assert two["D2:1"] == " | before: Bob: old one / Ann: old two"
+
+
+def test_both_indexes_see_the_neighbours_and_the_reader_sees_the_turn_alone(tmp_path, embedder):
+    mem = Memory.create(tmp_path / "s", "omni", overrides=["memory.ingest.index_text.neighbors=1"])
+    mem.add(TURNS[:2])
+    mem.add(TURNS[2:])  # a later call: its first turn sees the stored turn before it, not the other way
+    first, second, third = (mem.store.get(t.id) for t in TURNS)
+    assert first.details[CONTEXT_KEY] == " | after: Melanie: The beach was lovely, we painted a sunset."
+    assert CONTEXT_KEY in second.details and "Pottery" not in second.details[CONTEXT_KEY]
+    assert third.details[CONTEXT_KEY] == " | before: Melanie: The beach was lovely, we painted a sunset."
+    want = embedder.embed_one("Caroline (8 May 2023): Pottery is my new hobby. [shared an image: a clay bowl]"
+                              " | before: Melanie: The beach was lovely, we painted a sunset.")
+    assert np.allclose(third.embedding, want, atol=1e-5)
+    # BM25 finds the pottery turn by a word only its neighbour says; the reader's line is the turn alone
+    hits = [i.mau.id for i in mem.retrieve("sunset").items]
+    assert "D1:3" in hits
+    lines = mem.context("sunset").render()
+    assert "Pottery is my new hobby. [shared an image: a clay bowl]\n" in lines + "\n" and "| before" not in lines
+    mem.save()
+    mem.close()
+    again = Memory.open(tmp_path / "s", "omni", overrides=["memory.ingest.index_text.neighbors=1"], read_only=True)
+    assert again.store.get("D1:3").details[CONTEXT_KEY] == third.details[CONTEXT_KEY]
+    again.close()
