@@ -27,7 +27,7 @@ import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -95,12 +95,25 @@ class SharedCache:
     held-out evaluations)."""
 
     def __init__(self, cache_root: Path, *, name: str = SHARED_DIR, min_cosine: float = 0.999,
-                 max_verify: int = 50_000, max_store_bytes: int = 4 << 30, embedder: object | None = None):
+                 max_verify: int = 50_000, max_store_bytes: int = 4 << 30, embedder: object | None = None,
+                 share_embeddings: bool = True):
         self.root = Path(cache_root) / name
+        self.share_embeddings = share_embeddings
         self.min_cosine = min_cosine
         self.max_verify = max_verify
         self.max_store_bytes = max_store_bytes
         self._embedder = embedder
+
+    @classmethod
+    def for_split(cls, cache_root: Path, split: str, **kw: Any) -> "SharedCache":
+        """Dev evaluations share with each other; any other split (test, all) only with held-out ones,
+        and only built stores. Verifying a vector costs as much as computing it, and a held-out
+        evaluation runs once or twice per run (baseline, best): sharing its embeddings would add
+        minutes to the end of every run (11,297 vectors, ~3 min on 2 cores, in a quickstart) to save
+        a few seconds in a later one, whose stores come from the store cache anyway."""
+        if split == "dev":
+            return cls(cache_root, **kw)
+        return cls(cache_root, name=HELDOUT_DIR, share_embeddings=False, **kw)
 
     # ---------------------------------------------------------------- what the sandbox reads
     def stores_dir(self, namespace: str) -> Path:
@@ -123,7 +136,8 @@ class SharedCache:
         notes: list[str] = []
         try:
             self._merge_stores(sandbox_cache / "stores", namespace, report, notes)
-            self._merge_embeddings(sandbox_cache / EMBEDDINGS_FILE, report, notes)
+            if self.share_embeddings:
+                self._merge_embeddings(sandbox_cache / EMBEDDINGS_FILE, report, notes)
         except (OSError, sqlite3.DatabaseError) as exc:  # a broken cache is not worth an evaluation
             notes.append(f"cache merge stopped: {type(exc).__name__}: {exc}")
         report.notes = tuple(notes)

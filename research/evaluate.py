@@ -43,7 +43,7 @@ from harness.views import (
     PredictRequest,
     read_answers,
 )
-from research.caches import HELDOUT_DIR, SHARED_DIR, MergeReport, SharedCache, code_namespace
+from research.caches import MergeReport, SharedCache, code_namespace
 from research.errors import ExecutorError
 from research.executor import Executor, LocalExecutor
 from research.failures import Failure, FailureClass, _failure, classify_exception, classify_result
@@ -483,7 +483,7 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
                 gateway = stack.enter_context(open_gateway(setup.llm, llm, sock))
                 job.reader_llm = reader_config_for_sandbox(setup.llm)
         # anything but dev (test, all) shares only with other held-out evaluations
-        shared = SharedCache(cache_dir(), name=SHARED_DIR if ev.split == "dev" else HELDOUT_DIR) if sandbox is not None else None
+        shared = SharedCache.for_split(cache_dir(), ev.split) if sandbox is not None else None
         if progress:
             total = sum(len(c.questions) for c in bench.conversations)
             stack.enter_context(answer_progress(job.work_dir / "out" / ANSWERS_FILE, total))

@@ -26,7 +26,7 @@ from harness.errors import LLMAuthError, MemsysError
 from harness.paths import REPO_ROOT, cache_dir, runs_dir
 from harness.surface import MUTABLE_SURFACE
 from research import decide as D
-from research.caches import HELDOUT_DIR, SharedCache
+from research.caches import SharedCache
 from research.config import RunSetup, run_setup_from_dict
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
@@ -73,8 +73,8 @@ class ResearchLoop:
         self.gateway = None
         self.executor = None  # where evaluations run (research.executor); None: here, as research.executor=local
         self.budget = None
-        self.shared_cache = SharedCache(cache_dir())
-        self.heldout_cache = SharedCache(cache_dir(), name=HELDOUT_DIR)
+        self.shared_cache = SharedCache.for_split(cache_dir(), "dev")
+        self.heldout_cache = SharedCache.for_split(cache_dir(), "test")
         self._configs: dict[str, Any] = {}
         self.round_keys: dict[str, str] = {}  # effective key -> candidate of the round in progress (research.parallel)
 

