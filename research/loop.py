@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.atomic import atomic_write_json
-from harness.errors import LLMAuthError, MemsysError
+from harness.errors import ConfigError, LLMAuthError, MemsysError
 from harness.paths import REPO_ROOT, cache_dir, runs_dir
 from harness.surface import MUTABLE_SURFACE
 from research import decide as D
@@ -46,6 +46,17 @@ log = logging.getLogger(__name__)
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
+
+
+def user_memory_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The ``memory.<field>=value`` overrides of a command line (not ``memory=<preset>``), without
+    Hydra's ``+``/``++`` prefixes, in the form the preset editor takes."""
+    out = []
+    for ov in overrides:
+        key, sep, value = ov.lstrip("+").partition("=")
+        if sep and key.startswith("memory."):
+            out.append(f"{key.removeprefix('memory.')}={value}")
+    return out
 
 
 class ResearchLoop:
@@ -117,12 +128,33 @@ class ResearchLoop:
         if dirty:
             log.warning("the repo has uncommitted changes (%s...); the run starts from HEAD without them",
                         ", ".join(dirty[:3]))
-        base = self.ws.head_commit()
+        base = self._start_commit(self.ws.head_commit())
         self.ws.init_refs(base)
         atomic_write_json(self.paths.config, {"config": self.setup.eval.raw | {"research": asdict(self.setup.research)},
                                                           "overrides": self.setup.overrides})
         self.state = LoopState(self.run_id, str(self.ws.root), base, base)
         self.state.save(self.run_dir)
+
+    def _start_commit(self, head: str) -> str:
+        """HEAD, or HEAD with the user's ``memory.*`` overrides written into the run's preset and
+        committed (on a scratch branch; the run's refs keep it). An evaluation reads its preset from the
+        tree it evaluates, so overrides kept only in this process's config would be dropped silently; as
+        a commit they are the run's starting point for the baseline, every experiment, the best ref and
+        a replay alike. The user's checkout is not touched."""
+        over = user_memory_overrides(self.setup.overrides)
+        if not over:
+            return head
+        wt = self.ws.create("start", head)
+        try:
+            changed = apply_config_overrides(wt.path, self.preset, over, MUTABLE_SURFACE)
+            check_presets(wt.path, changed)
+            commit = self.ws.commit(wt, f"run {self.run_id} starts from {self.preset} with " + " ".join(over))
+        except (EditApplyError, ForbiddenEditError) as exc:
+            raise ConfigError(f"cannot start from memory={self.preset} with {' '.join(over)}: {one_line(exc)}") from exc
+        finally:
+            self.ws.discard(wt)
+        log.info("the run starts from %s: %s", commit[:10], " ".join(over))
+        return commit
 
     def _resume(self) -> None:
         """Rebuild the state by folding the journal; prune what a kill left behind."""

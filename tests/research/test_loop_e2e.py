@@ -205,3 +205,45 @@ def test_resume_after_kill_repairs_journal_and_continues(repo: Path, runs: Path,
     assert git(repo, "rev-parse", f"refs/autoresearch/{run_id}/best") == proceed_commit
     assert server.pending == 0 and len(server.chat_requests) == 5  # exp-002 asked twice (resample)
     assert_clean(repo, run_dir)
+
+
+def test_a_runs_memory_overrides_are_its_starting_point(repo: Path, runs: Path, server: OpenAITestServer) -> None:
+    """``memsys run memory=naive memory.retrieval.top_k=7``: the baseline and every experiment start from
+    the preset with top_k 7 (a commit the run's refs keep), not from the preset alone; the checkout is untouched."""
+    head = git(repo, "rev-parse", "HEAD")
+    preset = "configs/memory/naive.yaml"
+    before = (repo / preset).read_text(encoding="utf-8")
+    server.enqueue(Reply.of_json(IMPROVE))
+    fast = "memory.embedder.backend=hashing"  # any memory field, not only levers; here it also saves the minute MiniLM takes
+    loop = ResearchLoop(scripted_setup(repo, 1, fast, "memory.retrieval.top_k=7", "++memory.retrieval.dense_k=7"), "start",
+                        llm_opener=opener_for(server))
+    loop.run()
+    base, exp = loop.records[0], loop.records[1]
+    assert base.decision == "baseline" and base.commit != head
+    assert git(repo, "rev-parse", f"{base.commit}^") == head
+    started = git(repo, "show", f"{base.commit}:{preset}")
+    assert "top_k: 7" in started and "dense_k: 7" in started
+    assert git(repo, "rev-parse", f"{exp.commit}^") == base.commit  # the experiment builds on the start
+    assert (repo / preset).read_text(encoding="utf-8") == before and git(repo, "rev-parse", "HEAD") == head
+    assert_clean(repo, runs / "start")
+    assert "autoresearch/start/start" not in git(repo, "branch", "--list")  # the scratch branch is gone, the refs keep it
+    assert "backend: hashing" in started
+    assert base.metrics["context_tokens"] != _baseline_tokens(repo, runs, server, fast)
+
+
+def _baseline_tokens(repo: Path, runs: Path, server: OpenAITestServer, *extra: str) -> float:
+    """The same baseline without the retrieval overrides (top_k 5): another context, so they reached it."""
+    server.enqueue(Reply.of_json(IMPROVE))
+    loop = ResearchLoop(scripted_setup(repo, 1, *extra), "plain", llm_opener=opener_for(server))
+    loop.run()
+    return loop.records[0].metrics["context_tokens"]
+
+
+def test_a_memory_override_that_does_not_validate_stops_the_run_in_one_line(repo: Path, runs: Path,
+                                                                           server: OpenAITestServer) -> None:
+    from harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="top_k"):
+        ResearchLoop(scripted_setup(repo, 1, "memory.retrieval.top_k=many"), "bad-start",
+                     llm_opener=opener_for(server)).run()
+    assert git(repo, "status", "--porcelain") == "" and not git(repo, "branch", "--list", "*bad-start*")

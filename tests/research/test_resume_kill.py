@@ -31,9 +31,11 @@ KILLS = 10  # one before the baseline is recorded, then nine at seeded moments (
 SEED = 20260113
 POLL_S = 0.005
 LIFE_TIMEOUT_S = 300.0  # one process, killed or not (a cold store build takes about a minute on 2 cores)
+# the hashing embedder: what is checked here is the journal, the refs and the worktrees, not what the
+# vectors mean, and TPE's draws of the index-text levers rebuild stores that MiniLM takes minutes on
 RUN_ARGS = ("research.proposer=optuna", "reader=none", "sample=tiny", "mlflow=false", "workers=1",
             "research.sandbox.backend=process", "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
-            "research.loop.smoke_sample=null")
+            "research.loop.smoke_sample=null", "memory.embedder.backend=hashing")
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,8 @@ def test_run_killed_before_the_baseline_resumes(repo: Path, runs: Path, tmp_path
     assert rc == 0, f"memsys run --resume {run_id} exited {rc}:\n{again.tail()}"
     state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
     assert state["status"] == "finished"
-    assert rev(repo, f"refs/autoresearch/{run_id}/best") == head
+    start = state["base_commit"]  # HEAD with the run's memory overrides (RUN_ARGS) committed on top
+    assert rev(repo, f"{start}^") == head and rev(repo, f"refs/autoresearch/{run_id}/best") == start
     assert worktree_paths(repo) == [str(repo)]
 
 

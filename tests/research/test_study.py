@@ -69,7 +69,8 @@ def test_runs_on_one_storage_share_their_evaluated_experiments(tmp_path: Path, r
     from research.loop import ResearchLoop
 
     spec = str(tmp_path / "shared" / "study.log")
-    over = ["research.proposer=optuna", f"research.study.storage={spec}", "research.study.name=drivers"]
+    over = ["research.proposer=optuna", f"research.study.storage={spec}", "research.study.name=drivers",
+            "memory.embedder.backend=hashing"]  # what is shared is checked here, not what the vectors mean
     first = ResearchLoop(scripted_setup(repo, 2, *over), "driver-1")
     first.run()
     measured = sorted(f"driver-1/{r.index}" for r in first.records
