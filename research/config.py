@@ -178,6 +178,17 @@ class RunSetup:
     overrides: list[str]
 
 
+def user_memory_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """The ``memory.<field>=value`` overrides of a command line (not ``memory=<preset>``), without
+    Hydra's ``+``/``++`` prefixes, in the form the preset editor takes."""
+    out = []
+    for ov in overrides:
+        key, sep, value = ov.lstrip("+").partition("=")
+        if sep and key.startswith("memory."):
+            out.append(f"{key.removeprefix('memory.')}={value}")
+    return out
+
+
 def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) -> RunSetup:
     """``optimizing``: the setup of a run the researcher steers, which may only see dev (a replay
     of a finished run may evaluate on test)."""

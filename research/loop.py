@@ -27,7 +27,7 @@ from harness.paths import REPO_ROOT, cache_dir, runs_dir
 from harness.surface import MUTABLE_SURFACE
 from research import decide as D
 from research.caches import SharedCache
-from research.config import RunSetup, run_setup_from_dict
+from research.config import RunSetup, run_setup_from_dict, user_memory_overrides
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
 from research.evaluate import EvalJob, EvalOutcome, evaluate, open_gateway, reader_config_for_sandbox, short_socket_dir
@@ -46,17 +46,6 @@ log = logging.getLogger(__name__)
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
-
-
-def user_memory_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
-    """The ``memory.<field>=value`` overrides of a command line (not ``memory=<preset>``), without
-    Hydra's ``+``/``++`` prefixes, in the form the preset editor takes."""
-    out = []
-    for ov in overrides:
-        key, sep, value = ov.lstrip("+").partition("=")
-        if sep and key.startswith("memory."):
-            out.append(f"{key.removeprefix('memory.')}={value}")
-    return out
 
 
 class ResearchLoop:
