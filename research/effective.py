@@ -165,6 +165,8 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
         dead("retrieval.expand_window")
     if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
         dead("retrieval.time_lift")
+    if r.speaker_first:
+        dead("retrieval.speaker_lift")
     a = cfg.answer
     if a.abstain not in ("retrieval", "both"):
         dead("answer.abstain_margin")

@@ -96,6 +96,8 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                                 dense_text_acts),
     "ingest.index_text.sparse": ("merge != dense_only", _merge_is("set_union", "bm25_only", "rrf", "linear")),
     "retrieval.expand_window": ("retrieval.expand_top > 0", lambda c: c.retrieval.expand_top > 0),
+    "retrieval.speaker_lift": ("retrieval.speaker_first is false (all of the speaker's turns already lead)",
+                               lambda c: not c.retrieval.speaker_first),
     "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
                             lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
     "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),

@@ -62,21 +62,22 @@ class Variant:
 # then what each other component is worth added to omni.
 _GRAPH_ON = "memory.graph.enabled=true"
 _BEFORE = ("memory.ingest.index_text.dense=text", "memory.ingest.index_text.sparse=text",
-           "memory.retrieval.merge=set_union", "memory.retrieval.top_k=20", "memory.retrieval.speaker_first=false",
-           "memory.retrieval.time_lift=0")
+           "memory.ingest.index_text.neighbors=0", "memory.retrieval.merge=set_union", "memory.retrieval.top_k=20",
+           "memory.retrieval.speaker_lift=0", "memory.retrieval.time_lift=0")
 _STEPS = (
     ("omni_before", (*_BEFORE, _GRAPH_ON)),
     ("+index_text", (*_BEFORE[2:], _GRAPH_ON)),
-    ("+rrf", (*_BEFORE[3:], _GRAPH_ON)),
-    ("+top_k_40", (*_BEFORE[4:], _GRAPH_ON)),
-    ("+speaker_first", (*_BEFORE[5:], _GRAPH_ON)),
+    ("+neighbour_text", (*_BEFORE[3:], _GRAPH_ON)),
+    ("+rrf", (*_BEFORE[4:], _GRAPH_ON)),
+    ("+top_k_40", (*_BEFORE[5:], _GRAPH_ON)),
+    ("+speaker_lift", (*_BEFORE[6:], _GRAPH_ON)),
     ("+time_lift", (_GRAPH_ON,)),
     ("-graph", ()),
 )
 ABLATION: dict[str, Variant] = {name: Variant(name, "omni", ovs) for name, ovs in _STEPS}
 ABLATION.update({v.name: v for v in (
     Variant("omni+graph_rrf", "omni", (_GRAPH_ON, "memory.graph.placement=rrf")),
-    Variant("omni+neighbors", "omni", ("memory.retrieval.expand_top=3",)),
+    Variant("omni+neighbors", "omni", ("memory.retrieval.expand_top=3",)),  # neighbour expansion of the list
     Variant("omni+abstain", "omni", ("memory.answer.abstain=retrieval",)),
     Variant("omni-pyramid", "omni", ("memory.pyramid.enabled=false",)),
 )})

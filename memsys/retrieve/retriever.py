@@ -22,7 +22,7 @@ from memsys.retrieve.context import Context, MediaPart
 from memsys.retrieve.facts import compact_facts
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
-from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, speaker_first
+from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, lift_speaker, speaker_first
 from memsys.retrieve.support import speaker_margin
 from memsys.store.store import MemoryStore
 from memsys.tokens import count_tokens
@@ -105,6 +105,8 @@ class Retriever:
         ]
         if rc.speaker_first:
             out = speaker_first(out, query, self.speakers)
+        else:
+            out = lift_speaker(out, query, self.speakers, rc.speaker_lift)
         out = lift_dated(out, query, rc.time_lift)
         t4 = time.perf_counter()
         t.update(dense=(t2 - t1) * 1e3, sparse=(t3 - t2) * 1e3, merge=(t4 - t3) * 1e3)

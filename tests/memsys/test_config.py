@@ -25,7 +25,8 @@ def test_omni_preset_has_the_paper_defaults_and_what_issue_14_measured_best():
     cfg = load_memory_config("omni")
     assert cfg.name == "omni"
     assert (cfg.retrieval.top_k, cfg.retrieval.dense_k, cfg.retrieval.sparse_k) == (40, 20, 20)
-    assert (cfg.retrieval.merge, cfg.retrieval.speaker_first, cfg.retrieval.time_lift) == ("rrf", True, 10)
+    r = cfg.retrieval
+    assert (r.merge, r.speaker_first, r.speaker_lift, r.time_lift) == ("rrf", False, 15, 10)
     assert (cfg.ingest.index_text.dense, cfg.ingest.index_text.sparse) == ("speaker_date", "speaker")
     assert cfg.pyramid.enabled and cfg.pyramid.theta == 0.4 and cfg.pyramid.budget_tokens == 6000
     assert cfg.embedder.model == "all-MiniLM-L6-v2" and cfg.embedder.dim == 384

@@ -25,7 +25,7 @@ from memsys.temporal import parse_datetime
 # the paper's retrieval over turn-level indexes (no neighbour context: its longer BM25 documents make the
 # two BM25 backends' top hits agree less, which the side-by-side test below measures on turns)
 PAPER_RETRIEVAL = ["memory.retrieval.merge=set_union", "memory.retrieval.top_k=20",
-                   "memory.retrieval.speaker_first=false", "memory.retrieval.time_lift=0",
+                   "memory.retrieval.speaker_first=false", "memory.retrieval.speaker_lift=0", "memory.retrieval.time_lift=0",
                    "memory.ingest.index_text.neighbors=0"]
 
 
