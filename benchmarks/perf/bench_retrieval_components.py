@@ -12,7 +12,11 @@ variant), and context recall at token budgets B (the retrieval runs with
 ``memory.pyramid.budget_tokens=B`` and the scorer cuts the claimed context at B with its own
 token count: same budget for every variant). LoCoMo: categories 1-4 pooled, each category apart,
 and category 5 apart (it has little evidence). Mem-Gallery (caption mode offline): all categories
-pooled ("all"), each apart.
+pooled ("all"), each apart. Each variant also keeps its per-question recall@20 (categories 1-4,
+``per_question``), so two variants can be compared question by question::
+
+    python -c "import json, sys; from research.stats import paired_test; v = json.load(open(sys.argv[1]))['variants'];
+    print(paired_test(v[sys.argv[2]]['per_question'], v[sys.argv[3]]['per_question']))" OUT.json A B
 
 Usage::
 
@@ -134,6 +138,13 @@ def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dic
     return out
 
 
+def per_question_recall(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
+    """Question id -> evidence recall@k, categories 1-4 with evidence: what a paired comparison of two
+    variants on the same questions needs (``research.stats.paired_test`` reads two of these)."""
+    return {r["question_id"]: round(_recall(list(dict.fromkeys(r["retrieved_ids"]))[:k], r["evidence"]), 4)
+            for r in rows if r["evidence"] and r["category"] in CATS_1_4}
+
+
 def run_variant(v: Variant, view_path: Path, question_ids: list[str], budget: int, work: Path) -> dict[str, Any]:
     """Answers (reader-free) of one variant at one budget, validated like an evaluation's."""
     from memsys.predict import predict
@@ -169,6 +180,7 @@ def measure(variants: Sequence[Variant], split: str, sample: str | None, budgets
                 row["wall_s"][str(b)] = round(got["wall_s"], 2)
                 if b == budgets[-1]:
                     row["recall_at"] = {str(k): summarize(scored, "retrieved_ids", k) for k in RECALL_KS}
+                    row["per_question"] = per_question_recall(scored, RECALL_KS[-1])
             results[v.name] = row
     return {"benchmark": benchmark, "pooled": "cat1_4" if benchmark == "locomo" else "all", "split": split,
             "sample": sample, "n_questions": len(qids), "budgets": list(budgets), "variants": results}
