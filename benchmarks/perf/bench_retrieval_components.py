@@ -124,11 +124,17 @@ def _recall(ids: Sequence[str], evidence: Sequence[str]) -> float:
     return len(gold & set(ids)) / len(gold)
 
 
+def _row_recall(r: dict[str, Any], key: str, k: int | None = None) -> float:
+    """Evidence recall of one question's ``key`` list, repeats dropped before the cut at ``k``
+    (a repeated id must not push a distinct one past the cut)."""
+    ids = list(dict.fromkeys(r[key]))
+    return _recall(ids[:k] if k else ids, r["evidence"])
+
+
 def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dict[str, Any]:
     """Mean recall over questions with evidence: categories 1-4 pooled, and each category."""
     def value(r: dict[str, Any]) -> float:
-        ids = list(dict.fromkeys(r[key]))
-        return _recall(ids[:k] if k else ids, r["evidence"])
+        return _row_recall(r, key, k)
 
     ev = [r for r in rows if r["evidence"]]
     out: dict[str, Any] = {"cat1_4": _mean([value(r) for r in ev if r["category"] in CATS_1_4]),
@@ -141,7 +147,7 @@ def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dic
 def per_question_recall(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
     """Question id -> evidence recall@k, categories 1-4 with evidence: what a paired comparison of two
     variants on the same questions needs (``research.stats.paired_test`` reads two of these)."""
-    return {r["question_id"]: round(_recall(list(dict.fromkeys(r["retrieved_ids"]))[:k], r["evidence"]), 4)
+    return {r["question_id"]: round(_row_recall(r, "retrieved_ids", k), 4)
             for r in rows if r["evidence"] and r["category"] in CATS_1_4}
 
 
