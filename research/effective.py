@@ -169,7 +169,7 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
         dead("retrieval.speaker_lift")
     a = cfg.answer
     if a.abstain not in ("retrieval", "both"):
-        dead("answer.abstain_margin")
+        dead("answer.abstain_margin", "answer.abstain_signal")
     if a.abstain != "confidence":
         dead("answer.abstain_logprob")
     if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field

@@ -101,6 +101,7 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
                             lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
     "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
+    "answer.abstain_signal": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
     "answer.abstain_logprob": ("answer.abstain is confidence", lambda c: c.answer.abstain == "confidence"),
     "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
     # extractive differs from the cut for any summary of two or more sentences (most raw turns), not only one

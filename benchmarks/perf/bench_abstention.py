@@ -8,7 +8,10 @@ change of ``all_honest`` it implies if an abstained category 1-4 question had sc
 mean F1 (``--reader-f1``, default 0.461: omni's category 1-4 F1 in issue #14) — an estimate,
 to be checked with the reader (docs/figures.md says which).
 
-Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--out runs/bench/abstention.json]``
+``--signal`` picks the margin (``answer.abstain_signal``): ``speaker`` (who said the best turn) or
+``subject`` (whom the best statement is about).
+
+Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--signal subject] [--out runs/bench/abstention.json]``
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from harness.atomic import atomic_write_text
 from harness.paths import runs_dir
 from memsys.memory import Memory
 from memsys.records import Turn
-from memsys.retrieve.support import speaker_margin
+from memsys.retrieve.support import SIGNALS
 
 THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 
 
-def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str, str, float | None]]:
+def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "subject") -> list[tuple[str, str, float | None]]:
     """(question id, category, margin) for every question of the split."""
+    margin_of = SIGNALS[signal]
     bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
     out: list[tuple[str, str, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="bench-abstain-") as tmp:
@@ -44,8 +48,8 @@ def margins(split: str, preset: str, overrides: Sequence[str]) -> list[tuple[str
                      for s in conv.sessions for t in s.turns])
             for q in tqdm(conv.questions, desc=conv.id, unit="q"):
                 r = mem.retrieve(q.question)
-                out.append((q.id, q.category, speaker_margin(q.question, r.candidates, mem.retriever.speakers,
-                                                       mem.embedder.embed)))
+                out.append((q.id, q.category, margin_of(q.question, r.candidates, mem.retriever.speakers,
+                                                        mem.embedder.embed)))
             mem.close()
     return out
 
@@ -67,13 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", default="dev")
     p.add_argument("--preset", default="omni")
+    p.add_argument("--signal", choices=sorted(SIGNALS), default="subject")
     p.add_argument("--reader-f1", type=float, default=0.461)
     p.add_argument("--out", default=str(runs_dir() / "bench" / "abstention.json"))
     args = p.parse_args(argv)
-    rows = margins(args.split, args.preset, ())
+    rows = margins(args.split, args.preset, (), args.signal)
     table = sweep(rows, args.reader_f1)
     best = max(table, key=lambda r: r["est_all_honest_delta"])
-    report = {"split": args.split, "preset": args.preset, "reader_f1": args.reader_f1, "n": len(rows),
+    report = {"split": args.split, "preset": args.preset, "signal": args.signal, "reader_f1": args.reader_f1, "n": len(rows),
               "named_one_speaker": sum(m is not None for _, _, m in rows), "sweep": table, "best": best}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from memsys.retrieve.facts import compact_facts
 from memsys.retrieve.merge import MERGERS, needs
 from memsys.retrieve.pyramid import RankedCandidate, RawContent, build_pyramid
 from memsys.retrieve.rerank import expand_neighbors, fuse_graph, lift_dated, lift_speaker, speaker_first
-from memsys.retrieve.support import speaker_margin
+from memsys.retrieve.support import SIGNALS
 from memsys.store.store import MemoryStore
 from memsys.tokens import count_tokens
 
@@ -197,12 +197,14 @@ class Retriever:
         return Retrieval(query, cands, ctx, timings)
 
     def _abstain(self, query: str, cands: list[RankedCandidate], ctx: Context) -> None:
-        """Empty the context when another speaker's turn holds the question's content (support.py): the
+        """Empty the context when the question's content belongs to another speaker (support.py): the
         reader is then not asked, and the scorer sees that no memory was given."""
-        margin = speaker_margin(query, cands, self.speakers, self.embedder.embed)
-        if margin is None or margin >= -self.cfg.answer.abstain_margin:
+        a = self.cfg.answer
+        margin = SIGNALS[a.abstain_signal](query, cands, self.speakers, self.embedder.embed)
+        if margin is None or margin >= -a.abstain_margin:
             return
-        ctx.abstain_reason = f"another speaker's turn matches better by {-margin:.2f} > {self.cfg.answer.abstain_margin}"
+        what = "another speaker's turn" if a.abstain_signal == "speaker" else "a statement about another speaker"
+        ctx.abstain_reason = f"{what} matches better by {-margin:.2f} > {a.abstain_margin}"
         ctx.dropped += [(i.mau.id, "abstained: " + ctx.abstain_reason) for i in ctx.items]
         ctx.items, ctx.graph_facts, ctx.graph_tokens = [], [], 0
 

@@ -48,7 +48,7 @@ from research.diagnosis import read_rows
 from research.perf.output import write_result
 from research.stats import paired_test, per_question
 
-MARGINS = (0.0, 0.04, 0.08, 0.12, 0.2)
+MARGINS = (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2)
 LOGPROBS = (-0.25, -0.5, -0.75, -1.0, -1.5, -2.0)
 ScoreAbstain = Callable[[str], dict[str, float]]  # question id -> the scorer's scores for ABSTAIN_TEXT
 
@@ -158,13 +158,15 @@ def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.datasets import load_benchmark
-    from benchmarks.perf.bench_abstention import margins as speaker_margins
+    from benchmarks.perf.bench_abstention import margins as retrieval_margins
     from benchmarks.scoring import score_question
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", required=True, help="name=run id (or folder), comma-separated: measured reader runs")
     ap.add_argument("--signal", choices=("margin", "confidence"), default="margin",
                     help="retrieval's speaker margin, or the reader's mean answer-token log-probability")
+    ap.add_argument("--abstain-signal", default="subject", help="the retrieval margin (answer.abstain_signal): "
+                    "subject (whom the best statement is about) or speaker (who said the best turn)")
     ap.add_argument("--margins", default=",".join(str(m) for m in MARGINS))
     ap.add_argument("--thresholds", default=",".join(str(t) for t in LOGPROBS), help="abstain_logprob values (confidence)")
     ap.add_argument("--preset", default="omni", help="the preset the runs retrieved with (its margins are computed)")
@@ -177,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = [float(x) for x in (args.thresholds if by_logprob else args.margins).split(",") if x]
     out_path = args.out or runs_dir() / "bench" / ("abstention_confidence.json" if by_logprob else "abstention_reader.json")
     questions = {q.id: q for conv in load_benchmark("locomo").conversations for q in conv.questions}
-    margin_of = None if by_logprob else {qid: m for qid, _, m in speaker_margins(args.split, args.preset, ())}
+    margin_of = None if by_logprob else {qid: m for qid, _, m in
+        retrieval_margins(args.split, args.preset, (), args.abstain_signal)}
 
     def score_abstain(qid: str) -> dict[str, float]:
         return score_question("locomo", ABSTAIN_TEXT, questions[qid])
@@ -199,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "sweep": sweep(rows, margin_of, thresholds, score_abstain)}
     result = {"command": "python -m research.perf.bench_abstention_reader " + " ".join(sys.argv[1:] if argv is None else argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "preset": args.preset,
-              "split": args.split, "signal": args.signal, "runs": out_runs}
+              "split": args.split, "signal": args.signal,
+              "abstain_signal": None if by_logprob else args.abstain_signal, "runs": out_runs}
     write_result(out_path, result, render(result))
     return 0
 

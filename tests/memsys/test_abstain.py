@@ -14,7 +14,7 @@ from memsys.llm.client import LLMClient
 from memsys.memory import Memory
 from memsys.records import MAU, Turn
 from memsys.retrieve.pyramid import RankedCandidate
-from memsys.retrieve.support import speaker_margin, without_names
+from memsys.retrieve.support import speaker_margin, statements, subject_margin, subject_of, without_names
 from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
 
 TS = datetime(2023, 5, 8, 13, 56)
@@ -54,10 +54,48 @@ def test_speaker_margin_is_negative_when_another_speaker_said_it():
     assert speaker_margin("Did Caroline and Melanie race?", cands, speakers, embed) is None  # everybody
 
 
-def test_retrieval_abstention_empties_the_context_and_skips_the_reader(tmp_path, embedder, openai_server,
+def test_statements_leave_questions_out_and_subjects_follow_the_pronouns():
+    assert statements("Thanks, Caroline! How was the race? I\u2019m starting to realize self-care matters.") == [
+        "Thanks, Caroline!", "I'm starting to realize self-care matters."]
+    speakers = {"Caroline", "Melanie"}
+    assert subject_of("Your painting of the lake is lovely.", "Melanie", speakers) == "Caroline"  # about the listener
+    assert subject_of("I painted the lake for you.", "Melanie", speakers) == "Melanie"  # first person wins
+    assert subject_of("The lake was calm.", "Melanie", speakers) == "Melanie"
+    assert subject_of("Your lake is lovely.", "Melanie", {"Caroline", "Melanie", "Jon"}) == "Melanie"  # listener unknown
+
+
+def test_subject_margin_credits_a_statement_to_whom_it_is_about():
+    def cand(mid: str, speaker: str, text: str) -> RankedCandidate:
+        return RankedCandidate(MAU(mid, text, speaker=speaker), 0.5, {"dense"})
+
+    vocab = ["race", "charity", "pottery", "bowl"]
+
+    def embed(texts: list[str]) -> np.ndarray:
+        v = np.array([[float(w in t.lower()) for w in vocab] for t in texts]) + 1e-6
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    speakers = {"Caroline", "Melanie"}
+    # Melanie praises Caroline's race: said by Melanie, about Caroline; the speaker margin gets it wrong
+    praise = [cand("a", "Melanie", "Your charity race was amazing."), cand("b", "Melanie", "I made a bowl."),
+              cand("c", "Caroline", "I love pottery.")]
+    assert subject_margin("What charity race did Caroline run?", praise, speakers, embed) > 0.5
+    assert speaker_margin("What charity race did Caroline run?", praise, speakers, embed) < -0.5
+    # a question states nothing: Melanie asking about the race does not make it hers or Caroline's
+    asked = [cand("a", "Melanie", "Did you run the charity race?"), cand("b", "Caroline", "I made a pottery bowl.")]
+    assert subject_margin("What charity race did Caroline run?", asked, speakers, embed) is None  # nothing about Melanie
+    ran = [cand("a", "Caroline", "I ran a charity race."), cand("b", "Melanie", "I made a pottery bowl.")]
+    assert subject_margin("What charity race did Melanie run?", ran, speakers, embed) < -0.5
+    assert subject_margin("Who ran a charity race?", ran, speakers, embed) is None  # nobody named
+    # nothing about the named speaker at all: their best counts as -1
+    only_other = [cand("a", "Caroline", "I ran a charity race.")]
+    assert subject_margin("What charity race did Melanie run?", only_other, speakers, embed) < -1.5
+
+
+@pytest.mark.parametrize("signal", ["speaker", "subject"])
+def test_retrieval_abstention_empties_the_context_and_skips_the_reader(signal, tmp_path, embedder, openai_server,
                                                                         monkeypatch):
     monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
-    mem = Memory.create(tmp_path / "s", "omni", overrides=OVERRIDES)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=[*OVERRIDES, f"memory.answer.abstain_signal={signal}"])
     mem.add(TURNS)
     trap = mem.retrieve("What charity race did Melanie run for mental health?")
     assert trap.context.items == [] and "another speaker" in trap.context.abstain_reason
