@@ -229,7 +229,9 @@ class LLMClient:
         if seed is not None or self.cfg.seed is not None:
             params["seed"] = self.cfg.seed if seed is None else seed
         if logprobs:
-            params["logprobs"] = True
+            # top_logprobs too: llama-cpp-python computes none without it, and says nothing (session 19's
+            # omni run with record_logprobs came back without them); 1 is the cheapest any server accepts
+            params["logprobs"], params["top_logprobs"] = True, 1
         if response_format is not None:
             # the cache key keeps the OpenAI form; only the wire format depends on the server
             params["response_format"] = (

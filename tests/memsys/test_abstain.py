@@ -158,6 +158,7 @@ def test_confidence_abstention_drops_an_answer_below_the_threshold(threshold, ex
         ans = answer_question(llm, "What did Melanie buy?", ctx, mem.cfg.answer)
     assert ans.text == expected and ans.answer_logprobs == [-2.5, -0.5]  # mean -1.5
     assert openai_server.chat_requests[0]["logprobs"] is True
+    assert openai_server.chat_requests[0]["top_logprobs"] == 1  # without it llama-cpp-python sends none
     mem.close()
 
 
