@@ -214,10 +214,10 @@ class AnswerConfig:
                          choices=("off", "retrieval", "reader", "both", "confidence"))
     # 0.1: on LoCoMo dev, the most category 5 abstains while at most 4.4% of categories 1-4 do (about 0.02
     # F1 at the reader's mean), with abstain_signal=subject (docs/figures.md, "Calibrated abstention")
-    abstain_margin: float = lever(0.1, "Abstain when a statement about another speaker matches the question this much better",
+    abstain_margin: float = lever(0.1, "Abstain when a statement about the other speaker matches this much better",
                                   low=0.0, high=0.3, step=0.02)
-    abstain_signal: str = lever("subject", "Retrieval abstention compares who said the best-matching turn (speaker), "
-                                "or whom the best-matching statement is about (subject)", choices=("speaker", "subject"))
+    abstain_signal: str = lever("subject", "Abstention asks who said the best turn, or whom the best statement is about",
+                                choices=("speaker", "subject"))
     abstain_logprob: float = lever(-1.0, "Abstain when the answer's mean token log-probability is below this",
                                    low=-4.0, high=0.0, step=0.1)
     # ask the reader for token log-probabilities and record the answer's (calibrating abstain=confidence

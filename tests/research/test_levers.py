@@ -452,6 +452,8 @@ DATA_BOUND = {
     ("answer.abstain", "retrieval"): "at the default signal and margin none of the six abstains (the subject signal "
                                      "abstains on 4% of dev's categories 1-4; the one category 5 question here keeps "
                                      "its context)",
+    ("answer.abstain", "off"): "in omni (abstain=retrieval) none of the six abstains at the default margin",
+    ("answer.abstain_margin", 0.3): "in omni none of the six abstains at 0.1, so a wider margin changes none either",
 }
 
 
