@@ -210,6 +210,8 @@ class AnswerConfig:
     graph_facts_style: str = lever("lines", "Graph facts one per line, or grouped by subject in fewer tokens",
                                    choices=("lines", "compact"))
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
+    # a small reader copies "yesterday" from the memory it read; ingestion resolved it (memsys/answer/times.py)
+    resolve_times: bool = lever(False, "A relative time in the answer ('last week') becomes the date its memory resolved")
     abstain: str = lever("off", "Say 'Not mentioned' when retrieval, the reader or its token confidence doubts memory",
                          choices=("off", "retrieval", "reader", "both", "confidence"))
     # 0.1: on LoCoMo dev, the most category 5 abstains while at most 4.4% of categories 1-4 do (about 0.02

@@ -39,6 +39,10 @@ _RELATIVE_RE = re.compile(
 )
 
 
+#: the same expressions, for code that finds them in other text (an answer: memsys/answer/times.py)
+RELATIVE_RE = _RELATIVE_RE
+
+
 def _day_span(d: date) -> tuple[datetime, datetime]:
     start = datetime.combine(d, time.min)
     return start, start + timedelta(days=1) - timedelta(microseconds=1)
@@ -193,3 +197,19 @@ def describe_mention(m: TimeMention) -> str:
             return f"{m.text} = between {m.start.year} and {m.end.year}"
         return f"{m.text} = between {format_date(m.start)} and {format_date(m.end)}"
     return f"{m.text} = {m.start.year}"
+
+
+_ANCHORED = re.compile(r"^(?P<dir>last|past|this|next|coming)\s+(?P<unit>week|weekend)$", re.IGNORECASE)
+_ANCHOR_WORD = {"last": "before", "past": "before", "this": "of", "next": "after", "coming": "after"}
+
+
+def answer_date(m: TimeMention, said_on: datetime) -> str:
+    """What a "when" answer says for a mention: the day itself when it names one; "the week before 9 June
+    2023" for last/next week or weekend (what the speaker said, anchored to the day they said it: no
+    calendar week is assumed); else the resolution the reader is shown (a month, season, year or range)."""
+    if m.granularity == "day":
+        return format_date(m.start)
+    anchored = _ANCHORED.match(m.text.strip())
+    if anchored:
+        return f"the {anchored['unit'].lower()} {_ANCHOR_WORD[anchored['dir'].lower()]} {format_date(said_on)}"
+    return describe_mention(m).split(" = ", 1)[1]

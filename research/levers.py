@@ -110,6 +110,8 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     # what fits a binding budget: no config rules it out
     "pyramid.summary_mode": ("always: a candidate left at level 1 shows its summary", lambda c: True),
     "answer.type_hints": ("always (a prompt line); reader-only, so dead for a reader-free objective", lambda c: True),
+    "answer.resolve_times": ("always (rewrites the reply); reader-only, so dead for a reader-free objective",
+                             lambda c: True),
     "answer.graph_facts_style": ("graph facts shown (graph.enabled, include_graph_facts, max_facts > 0)", facts_shown),
 }
 

@@ -11,18 +11,27 @@ to be checked with the reader (docs/figures.md says which).
 ``--signal`` picks the margin (``answer.abstain_signal``): ``speaker`` (who said the best turn) or
 ``subject`` (whom the best statement is about).
 
-Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--signal subject] [--out runs/bench/abstention.json]``
+The signal's own cost is reported too (``signal_ms``: mean, p50, p95 per question), because ``omni``
+pays it on every retrieval: the subject margin embeds each candidate's statements. The embedding
+cache is a fresh one (the cost a first evaluation pays; later questions of a conversation reuse the
+statements already embedded) unless ``--warm-cache`` keeps the shared one.
+
+Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--signal subject] [--warm-cache]
+[--out runs/bench/abstention.json]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 from tqdm import tqdm
 
 from benchmarks.datasets import load_benchmark
@@ -36,9 +45,11 @@ from memsys.retrieve.support import SIGNALS
 THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 
 
-def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "subject") -> list[tuple[str, str, float | None]]:
-    """(question id, category, margin) for every question of the split."""
-    margin_of = SIGNALS[signal]
+def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "subject",
+            seconds: list[float] | None = None) -> list[tuple[str, str, float | None]]:
+    """(question id, category, margin) for every question of the split; each margin's wall time is
+    appended to ``seconds`` when given."""
+    margin_of = SIGNALS[signal].margin
     bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
     out: list[tuple[str, str, float | None]] = []
     with tempfile.TemporaryDirectory(prefix="bench-abstain-") as tmp:
@@ -48,8 +59,11 @@ def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "su
                      for s in conv.sessions for t in s.turns])
             for q in tqdm(conv.questions, desc=conv.id, unit="q"):
                 r = mem.retrieve(q.question)
-                out.append((q.id, q.category, margin_of(q.question, r.candidates, mem.retriever.speakers,
-                                                        mem.embedder.embed)))
+                t0 = time.perf_counter()
+                margin = margin_of(q.question, r.candidates, mem.retriever.speakers, mem.embedder.embed)
+                if seconds is not None:
+                    seconds.append(time.perf_counter() - t0)
+                out.append((q.id, q.category, margin))
             mem.close()
     return out
 
@@ -74,18 +88,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--signal", choices=sorted(SIGNALS), default="subject")
     p.add_argument("--reader-f1", type=float, default=0.461)
     p.add_argument("--out", default=str(runs_dir() / "bench" / "abstention.json"))
+    p.add_argument("--warm-cache", action="store_true", help="keep the shared embedding cache (default: a fresh one)")
     args = p.parse_args(argv)
-    rows = margins(args.split, args.preset, (), args.signal)
+    seconds: list[float] = []
+    shared = os.environ.get("MEMSYS_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="bench-abstain-cache-") as cache:
+        if not args.warm_cache:
+            os.environ["MEMSYS_CACHE_DIR"] = cache
+        try:
+            rows = margins(args.split, args.preset, (), args.signal, seconds)
+        finally:
+            if shared is None:
+                os.environ.pop("MEMSYS_CACHE_DIR", None)
+            else:
+                os.environ["MEMSYS_CACHE_DIR"] = shared
     table = sweep(rows, args.reader_f1)
     best = max(table, key=lambda r: r["est_all_honest_delta"])
-    report = {"split": args.split, "preset": args.preset, "signal": args.signal, "reader_f1": args.reader_f1, "n": len(rows),
-              "named_one_speaker": sum(m is not None for _, _, m in rows), "sweep": table, "best": best}
+    ms = np.array(seconds) * 1e3
+    report = {"command": " ".join(["python -m benchmarks.perf.bench_abstention", *(argv or sys.argv[1:])]),
+              "split": args.split, "preset": args.preset, "signal": args.signal, "reader_f1": args.reader_f1, "n": len(rows),
+              "named_one_speaker": sum(m is not None for _, _, m in rows), "sweep": table, "best": best,
+              "signal_ms": {"cache": "warm" if args.warm_cache else "fresh", "mean": round(float(ms.mean()), 1),
+                            "p50": round(float(np.percentile(ms, 50)), 1), "p95": round(float(np.percentile(ms, 95)), 1)},
+              "load_average_end": [round(x, 2) for x in os.getloadavg()]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(report, indent=2))
     for r in table:
         print(r)
-    print(f"best: {best}\nwrote {out}")
+    print(f"best: {best}\nsignal_ms: {report['signal_ms']}\nwrote {out}")
     return 0
 
 

@@ -133,14 +133,11 @@ def _row_recall(r: dict[str, Any], key: str, k: int | None = None) -> float:
 
 def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dict[str, Any]:
     """Mean recall over questions with evidence: categories 1-4 pooled, and each category."""
-    def value(r: dict[str, Any]) -> float:
-        return _row_recall(r, key, k)
-
     ev = [r for r in rows if r["evidence"]]
-    out: dict[str, Any] = {"cat1_4": _mean([value(r) for r in ev if r["category"] in CATS_1_4]),
-                           "all": _mean([value(r) for r in ev])}
+    out: dict[str, Any] = {"cat1_4": _mean([_row_recall(r, key, k) for r in ev if r["category"] in CATS_1_4]),
+                           "all": _mean([_row_recall(r, key, k) for r in ev])}
     for cat in sorted({r["category"] for r in ev}):
-        out[f"cat{cat}"] = _mean([value(r) for r in ev if r["category"] == cat])
+        out[f"cat{cat}"] = _mean([_row_recall(r, key, k) for r in ev if r["category"] == cat])
     return out
 
 

@@ -18,6 +18,7 @@ from string import Template
 from typing import Any
 
 from memsys.answer.hints import type_hint
+from memsys.answer.times import resolutions, resolve_answer_times
 from memsys.config import AnswerConfig
 from memsys.errors import ConfigError, LLMResponseFormatError
 from memsys.retrieve.context import Context
@@ -145,6 +146,8 @@ def reader_request(question: str, context: Context, cfg: AnswerConfig) -> dict[s
                                "max_tokens": int(cfg.max_tokens)}
     if cfg.abstain == "confidence":
         request["abstain_logprob"] = float(cfg.abstain_logprob)
+    if cfg.resolve_times:  # the reply's relative times are rewritten from these memories
+        request["resolve_times"] = resolutions(context.items)
     return request
 
 
@@ -211,6 +214,8 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         confidence = _confidence(logprobs)
         if confidence is not None and confidence < cfg.abstain_logprob:
             text = ABSTAIN_TEXT
+    if cfg.resolve_times and text != ABSTAIN_TEXT:
+        text = resolve_answer_times(text, context.items)
     return Answer(
         question=question,
         text=text.strip(),

@@ -191,20 +191,22 @@ class Retriever:
                 # how the facts are written; the context's tokens are what the reader is shown
                 fact_tokens = count_tokens("\n".join(compact_facts(facts)))
             ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
-        if self.cfg.answer.abstain in ("retrieval", "both"):
-            self._abstain(query, cands, ctx)
         timings["pyramid"] = (time.perf_counter() - t0) * 1e3
+        if self.cfg.answer.abstain in ("retrieval", "both"):
+            t0 = time.perf_counter()
+            self._abstain(query, cands, ctx)
+            timings["abstain"] = (time.perf_counter() - t0) * 1e3  # it embeds statements: a stage of its own
         return Retrieval(query, cands, ctx, timings)
 
     def _abstain(self, query: str, cands: list[RankedCandidate], ctx: Context) -> None:
         """Empty the context when the question's content belongs to another speaker (support.py): the
         reader is then not asked, and the scorer sees that no memory was given."""
         a = self.cfg.answer
-        margin = SIGNALS[a.abstain_signal](query, cands, self.speakers, self.embedder.embed)
+        signal = SIGNALS[a.abstain_signal]
+        margin = signal.margin(query, cands, self.speakers, self.embedder.embed)
         if margin is None or margin >= -a.abstain_margin:
             return
-        what = "another speaker's turn" if a.abstain_signal == "speaker" else "a statement about another speaker"
-        ctx.abstain_reason = f"{what} matches better by {-margin:.2f} > {a.abstain_margin}"
+        ctx.abstain_reason = f"{signal.better_match} matches better by {-margin:.2f} > {a.abstain_margin}"
         ctx.dropped += [(i.mau.id, "abstained: " + ctx.abstain_reason) for i in ctx.items]
         ctx.items, ctx.graph_facts, ctx.graph_tokens = [], [], 0
 

@@ -23,6 +23,7 @@ and 3.9% of its categories 1-4; on the held-out test split, 41% and 3.8% (the sp
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -39,20 +40,40 @@ def without_names(query: str, speakers: set[str]) -> str:
     return " ".join(query.split())
 
 
+def _best_own_minus_other(query: str, pairs: Sequence[tuple[str, str | None]], named: set[str],
+                          speakers: set[str], embed: Callable[[list[str]], np.ndarray],
+                          no_own: float | None) -> float | None:
+    """Over (text, whom it concerns) pairs: the best similarity to the name-free query among the texts that
+    concern a named speaker, minus the best among the rest. None when no text concerns anyone else; with
+    none concerning the named speaker, ``no_own`` stands in for their best (None: no margin at all)."""
+    if not pairs:
+        return None
+    vecs = embed([without_names(query, speakers)] + [text for text, _ in pairs])
+    sims = vecs[1:] @ vecs[0]
+    own = [float(x) for x, (_, who) in zip(sims, pairs) if who in named]
+    other = [float(x) for x, (_, who) in zip(sims, pairs) if who not in named]
+    if not other:
+        return None
+    if own:
+        return max(own) - max(other)
+    return None if no_own is None else no_own - max(other)
+
+
+def _one_named(query: str, speakers: set[str]) -> set[str] | None:
+    """The speakers the query names, when it names some but not all of them: else no margin applies."""
+    named = named_speakers(query, speakers)
+    return named if named and not named >= speakers else None
+
+
 def speaker_margin(query: str, cands: Sequence[RankedCandidate], speakers: set[str],
                    embed: Callable[[list[str]], np.ndarray]) -> float | None:
     """Best content similarity of the named speaker's candidates minus everyone else's; None when the
     query names no speaker, or all of them, or one side has no candidate."""
-    named = named_speakers(query, speakers)
-    if not named or named >= speakers or not cands:
+    named = _one_named(query, speakers)
+    if named is None:
         return None
-    vecs = embed([without_names(query, speakers)] + [c.mau.summary for c in cands])
-    sims = vecs[1:] @ vecs[0]
-    own = [float(s) for c, s in zip(cands, sims) if c.mau.speaker in named]
-    other = [float(s) for c, s in zip(cands, sims) if c.mau.speaker not in named]
-    if not own or not other:
-        return None
-    return max(own) - max(other)
+    return _best_own_minus_other(query, [(c.mau.summary, c.mau.speaker) for c in cands], named, speakers, embed,
+                                 no_own=None)
 
 
 #: pronouns that make a sentence about its listener (second person) or its speaker (first person);
@@ -87,20 +108,21 @@ def subject_margin(query: str, cands: Sequence[RankedCandidate], speakers: set[s
     else; None when the query names no speaker or all of them, or no statement is about anyone else.
     With no statement about the named speaker at all, their best counts as -1 (the least a cosine can
     be): memory holds nothing of theirs."""
-    named = named_speakers(query, speakers)
-    if not named or named >= speakers or not cands:
+    named = _one_named(query, speakers)
+    if named is None:
         return None
     pairs = [(s, subject_of(s, c.mau.speaker, speakers)) for c in cands for s in statements(c.mau.full_text)]
-    if not pairs:
-        return None
-    vecs = embed([without_names(query, speakers)] + [s for s, _ in pairs])
-    sims = vecs[1:] @ vecs[0]
-    own = [float(x) for x, (_, who) in zip(sims, pairs) if who in named]
-    other = [float(x) for x, (_, who) in zip(sims, pairs) if who not in named]
-    if not other:
-        return None
-    return (max(own) if own else -1.0) - max(other)
+    return _best_own_minus_other(query, pairs, named, speakers, embed, no_own=-1.0)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One ``answer.abstain_signal``: its margin, and what the abstention reason says matched better."""
+
+    margin: Callable[[str, Sequence[RankedCandidate], set[str], Callable[[list[str]], np.ndarray]], float | None]
+    better_match: str
 
 
 #: ``answer.abstain_signal`` -> the margin it uses
-SIGNALS: dict[str, Callable[..., float | None]] = {"speaker": speaker_margin, "subject": subject_margin}
+SIGNALS: dict[str, Signal] = {"speaker": Signal(speaker_margin, "another speaker's turn"),
+                              "subject": Signal(subject_margin, "a statement about another speaker")}

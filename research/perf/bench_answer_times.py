@@ -1,0 +1,174 @@
+"""Relative times in answers made absolute (``answer.resolve_times``), exact on measured reader runs.
+
+Why: the rewrite (memsys/answer/times.py) acts after the reply, from the reply's text and the context the
+reader was given. So a reader run made without it gives its figure with it at no reader time: rebuild
+each question's context with the run's preset, check it is the one the run gave the reader (the ids the
+run recorded), rewrite the run's own answer, and score it with the scorer. Retrieval abstention composes
+the same way (it decides before the reader is asked): where the rebuilt context abstains, the answer is
+the abstention text. So ``--presets omni=omni`` on a run made with ``answer.abstain=off`` gives the
+shipped ``omni``'s figure. Each run is compared with the composed run on the same questions with the
+loop's paired test (research.stats).
+
+Usage::
+
+    python -m research.perf.bench_answer_times --runs omni=bench-reader-omni-c16dc7ee[,naive_rag=<id>]
+        [--presets omni=omni:memory.answer.abstain=off,naive_rag=naive_rag] [--split dev]
+        [--out runs/bench/answer_times.json]
+
+A run's preset defaults to its name; ``--presets`` gives overrides (';'-separated) to rebuild its contexts.
+This drives research/ helpers (an entry point, not part of the scorer package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import mean
+from typing import Any, Mapping, Sequence
+
+from tqdm import tqdm
+
+from harness.paths import runs_dir
+from research.diagnosis import read_rows
+from research.perf.output import write_result
+from research.stats import paired_test, per_question
+
+OBJECTIVES = ("f1_cat1_4", "all_honest")
+
+
+def contexts(split: str, preset: str, overrides: Sequence[str], question_ids: set[str]) -> dict[str, Any]:
+    """question id -> (the question, the Context the preset gives it, the preset's memory config), for the
+    listed questions of the split."""
+    from benchmarks.datasets import load_benchmark
+    from benchmarks.splits import load_benchmark_config, select
+    from memsys.memory import Memory
+    from memsys.records import Turn
+
+    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-answer-times-") as tmp:
+        for conv in bench.conversations:
+            wanted = [q for q in conv.questions if q.id in question_ids]
+            if not wanted:
+                continue
+            mem = Memory.create(Path(tmp) / conv.id, preset, overrides=list(overrides))
+            mem.add([Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
+                     for s in conv.sessions for t in s.turns])
+            for q in tqdm(wanted, desc=conv.id, unit="q"):
+                out[q.id] = (q.question, mem.context(q.question), mem.cfg)
+            mem.close()
+    return out
+
+
+def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The run's rows with each answer rewritten as ``answer.resolve_times`` would; and what changed."""
+    from memsys.answer.generate import ABSTAIN_TEXT
+    from memsys.answer.times import resolve_answer_times
+    from memsys.predict import reader_input_digest
+
+    out, changed = [], []
+    for row in rows:
+        qid = str(row["question_id"])
+        question, ctx, cfg = ctxs[qid]
+        if ctx.abstain_reason:  # retrieval abstains: the reader is not asked, the answer is fixed
+            out.append({**row, "prediction": ABSTAIN_TEXT, "scores": score(qid, ABSTAIN_TEXT), "context_ids": [],
+                        "context_tokens": 0, "prompt_tokens": 0, "abstained": True})
+            continue
+        ids = list(ctx.source_ids)
+        if row.get("context_ids") is not None and ids != list(row["context_ids"]):
+            raise SystemExit(f"{qid}: the rebuilt context differs from the run's ({len(ids)} vs "
+                             f"{len(row['context_ids'])} items): wrong preset or overrides?")
+        # the run's reader was sent exactly these messages (same hash as memsys.predict records), so the
+        # run's answer is this context's answer
+        asked = reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=False)))
+        if row.get("input_sha256") and asked != row["input_sha256"]:
+            raise SystemExit(f"{qid}: the rebuilt reader input differs from the run's (same memories, other "
+                             "text or prompt): the run was made by other code or config")
+        pred = str(row.get("prediction") or "")
+        new = resolve_answer_times(pred, ctx.items) if not row.get("error") else pred
+        if new != pred:
+            scores = score(qid, new)
+            changed.append({"question_id": qid, "category": str(row.get("category")), "before": pred, "after": new,
+                            "f1_before": row["scores"]["f1"], "f1_after": scores["f1"]})
+            row = {**row, "prediction": new, "scores": scores}
+        out.append(dict(row))
+    return out, changed
+
+
+def figures(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for obj in OBJECTIVES:
+        cand, ref = per_question(obj, rows), per_question(obj, base)
+        out[obj] = round(mean(cand.values()), 4) if cand else None
+        out[f"{obj}_as_run"] = round(mean(ref.values()), 4) if ref else None
+        if set(cand) & set(ref):
+            t = paired_test(cand, ref)
+            out[f"{obj}_delta"] = {"delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
+                                   "p_better": round(t.p_better, 4), "p_worse": round(t.p_worse, 4), "n": t.n}
+    out["abstained"] = {"cat5": sum(bool(r.get("abstained")) and str(r.get("category")) == "5" for r in rows),
+                        "cat1_4": sum(bool(r.get("abstained")) and str(r.get("category")) != "5" for r in rows)}
+    cat2 = [r for r in rows if str(r.get("category")) == "2"]
+    out["f1_cat2"] = round(mean(r["scores"]["f1"] for r in cat2), 4) if cat2 else None
+    return out
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = ["| run | rewritten answers | abstained (cat 5, cat 1-4) | F1 cat 1-4 as run -> composed | paired (95% CI) "
+             "| all_honest as run -> composed | paired (95% CI) |", "| --- " * 7 + "|"]
+
+    def ci(d: dict[str, Any] | None) -> str:
+        return f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] p={d['p_better']:.3f}" if d else "-"
+
+    for name, r in result["runs"].items():
+        f = r["figures"]
+        lines.append(f"| {name} | {len(r['changed'])} | {f['abstained']['cat5']}, {f['abstained']['cat1_4']} | "
+                     f"{f['f1_cat1_4_as_run']} -> {f['f1_cat1_4']} | {ci(f.get('f1_cat1_4_delta'))} | "
+                     f"{f['all_honest_as_run']} -> {f['all_honest']} | {ci(f.get('all_honest_delta'))} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.datasets import load_benchmark
+    from benchmarks.scoring import score_question
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", required=True, help="name=run id (or folder), comma-separated: measured reader runs")
+    ap.add_argument("--presets", default="", help="name=preset:override;override, comma-separated (default: the name)")
+    ap.add_argument("--split", default="dev")
+    ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "answer_times.json")
+    args = ap.parse_args(argv)
+    runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
+    presets: dict[str, tuple[str, list[str]]] = {}
+    for item in filter(None, args.presets.split(",")):
+        name, _, spec = item.partition("=")
+        preset, _, ovs = spec.partition(":")
+        presets[name] = (preset, [o if o.startswith("memory.") else f"memory.{o}" for o in filter(None, ovs.split(";"))])
+    questions = {q.id: q for conv in load_benchmark("locomo").conversations for q in conv.questions}
+
+    def score(qid: str, text: str) -> dict[str, float]:
+        return score_question("locomo", text, questions[qid])
+
+    out_runs: dict[str, Any] = {}
+    for name, spec in runs.items():
+        run_dir = Path(spec) if Path(spec).is_dir() else runs_dir() / spec
+        if not (run_dir / "predictions.jsonl").exists():
+            raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
+        rows = read_rows(run_dir)
+        preset, overrides = presets.get(name, (name, []))
+        ctxs = contexts(args.split, preset, [*overrides, "memory.answer.resolve_times=true"],
+                        {str(r["question_id"]) for r in rows})
+        new_rows, changed = rewrite(rows, ctxs, score)
+        out_runs[name] = {"run_id": run_dir.name, "preset": preset, "overrides": overrides, "n": len(rows),
+                          "figures": figures(new_rows, rows), "changed": changed}
+    result = {"command": "python -m research.perf.bench_answer_times " + " ".join(sys.argv[1:] if argv is None else argv),
+              "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "split": args.split, "runs": out_runs}
+    write_result(args.out, result, render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
