@@ -13,7 +13,7 @@ Usage::
 
     python -m research.perf.bench_answer_times --runs omni=bench-reader-omni-c16dc7ee[,naive_rag=<id>]
         [--presets omni=omni:memory.answer.abstain=off,naive_rag=naive_rag] [--split dev]
-        [--out runs/bench/answer_times.json]
+        [--against naive_rag=<run id>] [--out runs/bench/answer_times.json]
 
 A run's preset defaults to its name; ``--presets`` gives overrides (';'-separated) to rebuild its contexts.
 This drives research/ helpers (an entry point, not part of the scorer package).
@@ -83,13 +83,16 @@ def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -
             raise SystemExit(f"{qid}: the rebuilt context differs from the run's ({len(ids)} vs "
                              f"{len(row['context_ids'])} items): wrong preset or overrides?")
         # the run's reader was sent exactly these messages (same hash as memsys.predict records), so the
-        # run's answer is this context's answer
-        asked = reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=False)))
-        if row.get("input_sha256") and asked != row["input_sha256"]:
+        # run's answer is this context's answer; a run made with the rewrite on already holds its result
+        asked = {on: reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=on)))
+                 for on in (False, True)}
+        recorded = row.get("input_sha256")
+        if recorded and recorded not in asked.values():
             raise SystemExit(f"{qid}: the rebuilt reader input differs from the run's (same memories, other "
                              "text or prompt): the run was made by other code or config")
         pred = str(row.get("prediction") or "")
-        new = resolve_answer_times(pred, ctx.items) if not row.get("error") else pred
+        done = recorded == asked[True]
+        new = resolve_answer_times(pred, ctx.items) if not (row.get("error") or done) else pred
         if new != pred:
             scores = score(qid, new)
             changed.append({"question_id": qid, "category": str(row.get("category")), "before": pred, "after": new,
@@ -116,6 +119,22 @@ def figures(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]
     return out
 
 
+def against(rows: Sequence[Mapping[str, Any]], ref: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The composed rows against another system's run on the questions both answered (e.g. ``naive_rag``)."""
+    out: dict[str, Any] = {}
+    for obj in OBJECTIVES:
+        cand, base = per_question(obj, rows), per_question(obj, ref)
+        shared = set(cand) & set(base)
+        if shared:
+            t = paired_test(cand, base)
+            out[obj] = {"composed": round(mean(cand[q] for q in shared), 4),
+                        "reference": round(mean(base[q] for q in shared), 4),
+                        "ratio": round(mean(cand[q] for q in shared) / max(mean(base[q] for q in shared), 1e-9), 3),
+                        "delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
+                        "p_better": round(t.p_better, 4), "n": t.n}
+    return out
+
+
 def render(result: dict[str, Any]) -> str:
     lines = ["| run | rewritten answers | abstained (cat 5, cat 1-4) | F1 cat 1-4 as run -> composed | paired (95% CI) "
              "| all_honest as run -> composed | paired (95% CI) |", "| --- " * 7 + "|"]
@@ -128,6 +147,10 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"| {name} | {len(r['changed'])} | {f['abstained']['cat5']}, {f['abstained']['cat1_4']} | "
                      f"{f['f1_cat1_4_as_run']} -> {f['f1_cat1_4']} | {ci(f.get('f1_cat1_4_delta'))} | "
                      f"{f['all_honest_as_run']} -> {f['all_honest']} | {ci(f.get('all_honest_delta'))} |")
+    for name, r in result["runs"].items():
+        for obj, a in r.get("against", {}).items():
+            lines.append(f"- {name} composed vs {result['against']}, {obj}: {a['composed']} vs {a['reference']} "
+                         f"({a['ratio']}x), {ci(a)} ({a['n']} q.)")
     return "\n".join(lines)
 
 
@@ -139,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", required=True, help="name=run id (or folder), comma-separated: measured reader runs")
     ap.add_argument("--presets", default="", help="name=preset:override;override, comma-separated (default: the name)")
     ap.add_argument("--split", default="dev")
+    ap.add_argument("--against", default="", help="name=run id (or folder): compare each composed run with it "
+                                                  "on the shared questions (e.g. naive_rag=<run id>)")
     ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "answer_times.json")
     args = ap.parse_args(argv)
     runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
@@ -152,20 +177,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     def score(qid: str, text: str) -> dict[str, float]:
         return score_question("locomo", text, questions[qid])
 
-    out_runs: dict[str, Any] = {}
-    for name, spec in runs.items():
+    def run_rows(spec: str) -> tuple[Path, list[dict[str, Any]]]:
         run_dir = Path(spec) if Path(spec).is_dir() else runs_dir() / spec
         if not (run_dir / "predictions.jsonl").exists():
             raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
-        rows = read_rows(run_dir)
+        return run_dir, read_rows(run_dir)
+
+    ref_name, _, ref_spec = args.against.partition("=")
+    ref_rows = run_rows(ref_spec)[1] if ref_spec else None
+    out_runs: dict[str, Any] = {}
+    for name, spec in runs.items():
+        run_dir, rows = run_rows(spec)
         preset, overrides = presets.get(name, (name, []))
         ctxs = contexts(args.split, preset, [*overrides, "memory.answer.resolve_times=true"],
                         {str(r["question_id"]) for r in rows})
         new_rows, changed = rewrite(rows, ctxs, score)
         out_runs[name] = {"run_id": run_dir.name, "preset": preset, "overrides": overrides, "n": len(rows),
                           "figures": figures(new_rows, rows), "changed": changed}
+        if ref_rows is not None:
+            out_runs[name]["against"] = against(new_rows, ref_rows)
     result = {"command": "python -m research.perf.bench_answer_times " + " ".join(sys.argv[1:] if argv is None else argv),
-              "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "split": args.split, "runs": out_runs}
+              "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "split": args.split,
+              "against": ref_name or None, "runs": out_runs}
     write_result(args.out, result, render(result))
     return 0
 

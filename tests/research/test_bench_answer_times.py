@@ -14,7 +14,7 @@ from memsys.answer.generate import ABSTAIN_TEXT
 from memsys.memory import Memory
 from memsys.predict import reader_input_digest
 from memsys.records import Turn
-from research.perf.bench_answer_times import figures, rewrite
+from research.perf.bench_answer_times import against, figures, rewrite
 
 JULY_6 = datetime(2023, 7, 6, 20, 18)
 TURNS = [
@@ -47,12 +47,12 @@ def contexts(tmp_path, embedder):
     return build
 
 
-def rows_of(ctxs: dict, answers: dict[str, str]) -> list[dict]:
-    """Rows as a run without the rewrite records them (its reader-input digest included)."""
+def rows_of(ctxs: dict, answers: dict[str, str], resolved: bool = False) -> list[dict]:
+    """Rows as a run records them (its reader-input digest included), made with the rewrite or without it."""
     rows = []
     for qid, a in answers.items():
         question, ctx, cfg = ctxs[qid]
-        asked = reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=False)))
+        asked = reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=resolved)))
         rows.append({"question_id": qid, "category": QUESTIONS[qid].category, "prediction": a, "input_sha256": asked,
                      "context_ids": list(ctx.source_ids), "scores": score(qid, a)})
     return rows
@@ -71,6 +71,9 @@ def test_a_relative_answer_is_rewritten_from_the_context_and_rescored(contexts):
     f = figures(new, rows)
     assert f["f1_cat1_4"] == pytest.approx(1.0) and f["f1_cat1_4_as_run"] == pytest.approx(0.5)
     assert f["f1_cat1_4_delta"]["n"] == 2 and f["f1_cat1_4_delta"]["delta"] == pytest.approx(0.5)
+    other = [{**r, "scores": score(r["question_id"], "no idea")} for r in rows]  # another system's run
+    vs = against(new, other)["f1_cat1_4"]
+    assert vs["composed"] == pytest.approx(1.0) and vs["reference"] == 0.0 and vs["n"] == 2 and vs["delta"] == pytest.approx(1.0)
 
 
 def test_retrieval_abstention_composes_and_a_different_context_stops_the_bench(contexts):
@@ -88,3 +91,10 @@ def test_retrieval_abstention_composes_and_a_different_context_stops_the_bench(c
     hinted = contexts("memory.answer.abstain=off", "memory.answer.type_hints=true")  # same memories, other prompt
     with pytest.raises(SystemExit, match="c:q1: the rebuilt reader input differs"):
         rewrite(rows_of(plain, ANSWERS), hinted, score)
+
+
+def test_a_run_made_with_the_rewrite_is_not_rewritten_twice(contexts):
+    plain = contexts("memory.answer.abstain=off", "memory.answer.resolve_times=true")
+    answers = {**ANSWERS, "c:q2": "a bowl yesterday (5 July 2023)"}  # as the run's own rewrite left it
+    new, changed = rewrite(rows_of(plain, answers, resolved=True), plain, score)
+    assert changed == [] and new[1]["prediction"] == "a bowl yesterday (5 July 2023)"
