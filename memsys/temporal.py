@@ -25,7 +25,8 @@ _VAGUE = {"a few": (2, 4), "few": (2, 4), "several": (3, 7)}
 _SEASONS = {"spring": 3, "summer": 6, "fall": 9, "autumn": 9, "winter": 12}
 _NUM = r"\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|a few|several"
 _UNIT_RE = r"(day|week|month|year|weekend)s?"
-_RELATIVE_RE = re.compile(
+#: relative time expressions; ingestion resolves them in turns, memsys/answer/times.py in answers
+RELATIVE_RE = re.compile(
     r"\b(?:"
     r"(?P<simple>today|tonight|last night|yesterday|tomorrow|the day before yesterday|the day after tomorrow)"
     r"|(?P<pdir>past|last)\s+(?P<pnum>few|couple of|\d+|two|three|four|five|six|seven|eight|nine|ten)\s+"
@@ -37,10 +38,6 @@ _RELATIVE_RE = re.compile(
     r")\b",
     re.IGNORECASE,
 )
-
-
-#: the same expressions, for code that finds them in other text (an answer: memsys/answer/times.py)
-RELATIVE_RE = _RELATIVE_RE
 
 
 def _day_span(d: date) -> tuple[datetime, datetime]:
@@ -175,7 +172,7 @@ def resolve_relative_times(text: str, anchor: datetime) -> list[TimeMention]:
     """Resolve relative time expressions in ``text`` against ``anchor`` (the session date)."""
     today = anchor.date()
     mentions = []
-    for m in _RELATIVE_RE.finditer(text):
+    for m in RELATIVE_RE.finditer(text):
         (start, end), gran = _resolve_one(m, today)
         mentions.append(TimeMention(text=m.group(0), start=start, end=end, granularity=gran))
     return mentions

@@ -34,12 +34,9 @@ from typing import Any, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks.datasets import load_benchmark
-from benchmarks.splits import load_benchmark_config, select
+from benchmarks.perf.stores import split_memories
 from harness.atomic import atomic_write_text
 from harness.paths import runs_dir
-from memsys.memory import Memory
-from memsys.records import Turn
 from memsys.retrieve.support import SIGNALS
 
 THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
@@ -50,21 +47,15 @@ def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "su
     """(question id, category, margin) for every question of the split; each margin's wall time is
     appended to ``seconds`` when given."""
     margin_of = SIGNALS[signal].margin
-    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
     out: list[tuple[str, str, float | None]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-abstain-") as tmp:
-        for conv in bench.conversations:
-            mem = Memory.create(Path(tmp) / conv.id, preset, overrides=[*overrides, "memory.answer.abstain=off"])
-            mem.add([Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
-                     for s in conv.sessions for t in s.turns])
-            for q in tqdm(conv.questions, desc=conv.id, unit="q"):
-                r = mem.retrieve(q.question)
-                t0 = time.perf_counter()
-                margin = margin_of(q.question, r.candidates, mem.retriever.speakers, mem.embedder.embed)
-                if seconds is not None:
-                    seconds.append(time.perf_counter() - t0)
-                out.append((q.id, q.category, margin))
-            mem.close()
+    for conv, mem in split_memories(split, preset, [*overrides, "memory.answer.abstain=off"]):
+        for q in tqdm(conv.questions, desc=conv.id, unit="q"):
+            r = mem.retrieve(q.question)
+            t0 = time.perf_counter()
+            margin = margin_of(q.question, r.candidates, mem.retriever.speakers, mem.embedder.embed)
+            if seconds is not None:
+                seconds.append(time.perf_counter() - t0)
+            out.append((q.id, q.category, margin))
     return out
 
 

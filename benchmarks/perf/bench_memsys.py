@@ -43,12 +43,12 @@ from tqdm import tqdm  # noqa: E402
 
 from benchmarks.datasets.locomo import load_locomo  # noqa: E402
 from benchmarks.metrics.retrieval import evidence_recall_at_k  # noqa: E402
+from benchmarks.perf.stores import memsys_turns  # noqa: E402
 from harness.paths import runs_dir  # noqa: E402
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
 from memsys.embed import Embedder, make_embedder  # noqa: E402
 from memsys.index.sparse import make_sparse_index  # noqa: E402
 from memsys.memory import Memory  # noqa: E402
-from memsys.records import Turn  # noqa: E402
 from memsys.retrieve.merge import MERGERS  # noqa: E402
 from memsys.retrieve.retriever import Retriever  # noqa: E402
 from memsys.store.cold import ColdStore  # noqa: E402
@@ -73,11 +73,6 @@ def summarize_ms(values: Sequence[float]) -> dict[str, float]:
 def stage_means(timings: list[dict[str, float]]) -> dict[str, float]:
     keys = sorted({k for t in timings for k in t})
     return {k: round(float(np.mean([t.get(k, 0.0) for t in timings])), 3) for k in keys}
-
-
-def memsys_turns(conv: Any) -> list[Turn]:
-    return [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
-            for s in conv.sessions for t in s.turns]
 
 
 def ranked_source_ids(retriever: Retriever, query: str, vec: np.ndarray) -> list[str]:

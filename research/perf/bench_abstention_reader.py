@@ -35,18 +35,17 @@ This drives research/ helpers (an entry point, not part of the scorer package).
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from statistics import mean
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.diagnosis import read_rows
 from research.perf.output import write_result
-from research.stats import paired_test, per_question
+from research.perf.reader_runs import abstained as abstained_row
+from research.perf.reader_runs import command, format_paired, mean4, named, paired, read_run
+from research.stats import per_question
 
 MARGINS = (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2)
 LOGPROBS = (-0.25, -0.5, -0.75, -1.0, -1.5, -2.0)
@@ -96,13 +95,8 @@ def compose(rows: Sequence[Mapping[str, Any]], abstain: set[str], threshold: flo
             continue
         abstained["cat5" if str(row.get("category")) == "5" else "cat1_4"] += 1
         ids.append(qid)
-        out.append({**row, "prediction": ABSTAIN_TEXT, "scores": score_abstain(qid), "context_ids": [],
-                    "context_tokens": 0, "prompt_tokens": 0})
+        out.append(abstained_row(row, score_abstain(qid)))
     return Composed(threshold, out, abstained, ids)
-
-
-def _mean(values: Mapping[str, float]) -> float | None:
-    return round(mean(values.values()), 4) if values else None
 
 
 def figures(c: Composed, base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -110,11 +104,9 @@ def figures(c: Composed, base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"threshold": c.threshold, "abstained": c.abstained, "abstained_ids": c.ids}
     for obj in ("f1_cat1_4", "f1_cat5", "all_honest"):
         cand, ref = per_question(obj, c.rows), per_question(obj, base)
-        out[obj] = _mean(cand)
-        if obj != "f1_cat5" and set(cand) & set(ref):
-            t = paired_test(cand, ref)
-            out[f"{obj}_vs_base"] = {"delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
-                                     "p_better": round(t.p_better, 4), "p_worse": round(t.p_worse, 4), "n": t.n}
+        out[obj] = mean4(cand)
+        if obj != "f1_cat5" and (d := paired(cand, ref)) is not None:
+            out[f"{obj}_vs_base"] = d
     return out
 
 
@@ -140,20 +132,9 @@ def render(result: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {r['threshold']:.2f} | {r['abstained']['cat5']} of {n5} | {r['abstained']['cat1_4']} of {n14} | "
                 f"{r['f1_cat1_4']} | {r['f1_cat5']} | {r['all_honest']} | "
-                + (f"{ah['delta']:+.3f} [{ah['ci'][0]:+.3f}, {ah['ci'][1]:+.3f}] p={ah['p_better']:.3f} | " if ah else "- | ")
+                + f"{format_paired(ah)} | "
                 + (f"{f14['delta']:+.3f} |" if f14 else "- |"))
     return "\n".join(lines)
-
-
-def _run_dir(spec: str) -> Path:
-    p = Path(spec)
-    return p if p.is_dir() else runs_dir() / spec
-
-
-def _read_rows(run_dir: Path) -> list[dict[str, Any]]:
-    if not (run_dir / "predictions.jsonl").exists():
-        raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
-    return read_rows(run_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -174,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="default runs/bench/abstention_reader.json "
                                                              "(abstention_confidence.json with --signal confidence)")
     args = ap.parse_args(argv)
-    runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
+    runs = named(args.runs)
     by_logprob = args.signal == "confidence"
     thresholds = [float(x) for x in (args.thresholds if by_logprob else args.margins).split(",") if x]
     out_path = args.out or runs_dir() / "bench" / ("abstention_confidence.json" if by_logprob else "abstention_reader.json")
@@ -187,20 +168,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out_runs: dict[str, Any] = {}
     for name, spec in runs.items():
-        run_dir = _run_dir(spec)
-        rows = _read_rows(run_dir)
+        run_dir, rows = read_run(spec)
         missing = [str(r["question_id"]) for r in rows if str(r["question_id"]) not in (margin_of or questions)]
         if missing:
             raise SystemExit(f"{name}: {len(missing)} questions are not in split {args.split!r} (e.g. {missing[0]})")
         if by_logprob and not any(r.get("answer_logprobs") for r in rows):
             raise SystemExit(f"{name}: no answer_logprobs in {run_dir.name}'s rows (run it with "
                              "memory.answer.record_logprobs=true)")
-        as_run = {obj: _mean(per_question(obj, rows)) for obj in ("f1_cat1_4", "f1_cat5", "all_honest")}
+        as_run = {obj: mean4(per_question(obj, rows)) for obj in ("f1_cat1_4", "f1_cat5", "all_honest")}
         out_runs[name] = {"run_id": run_dir.name, "n": len(rows),
                           "n_cat5": sum(str(r.get("category")) == "5" for r in rows),
                           "n_cat1_4": sum(str(r.get("category")) != "5" for r in rows), "as_run": as_run,
                           "sweep": sweep(rows, margin_of, thresholds, score_abstain)}
-    result = {"command": "python -m research.perf.bench_abstention_reader " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": command("research.perf.bench_abstention_reader", argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "preset": args.preset,
               "split": args.split, "signal": args.signal,
               "abstain_signal": None if by_logprob else args.abstain_signal, "runs": out_runs}

@@ -22,8 +22,6 @@ This drives research/ helpers (an entry point, not part of the scorer package).
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,9 +31,10 @@ from typing import Any, Mapping, Sequence
 from tqdm import tqdm
 
 from harness.paths import runs_dir
-from research.diagnosis import read_rows
+from memsys.answer.generate import ABSTAIN_TEXT
 from research.perf.output import write_result
-from research.stats import paired_test, per_question
+from research.perf.reader_runs import abstained, command, format_paired, mean4, named, paired, presets, read_run
+from research.stats import per_question
 
 OBJECTIVES = ("f1_cat1_4", "all_honest")
 
@@ -43,30 +42,17 @@ OBJECTIVES = ("f1_cat1_4", "all_honest")
 def contexts(split: str, preset: str, overrides: Sequence[str], question_ids: set[str]) -> dict[str, Any]:
     """question id -> (the question, the Context the preset gives it, the preset's memory config), for the
     listed questions of the split."""
-    from benchmarks.datasets import load_benchmark
-    from benchmarks.splits import load_benchmark_config, select
-    from memsys.memory import Memory
-    from memsys.records import Turn
+    from benchmarks.perf.stores import split_memories
 
-    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
     out: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-answer-times-") as tmp:
-        for conv in bench.conversations:
-            wanted = [q for q in conv.questions if q.id in question_ids]
-            if not wanted:
-                continue
-            mem = Memory.create(Path(tmp) / conv.id, preset, overrides=list(overrides))
-            mem.add([Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
-                     for s in conv.sessions for t in s.turns])
-            for q in tqdm(wanted, desc=conv.id, unit="q"):
-                out[q.id] = (q.question, mem.context(q.question), mem.cfg)
-            mem.close()
+    for conv, mem in split_memories(split, preset, overrides, question_ids):
+        for q in tqdm([q for q in conv.questions if q.id in question_ids], desc=conv.id, unit="q"):
+            out[q.id] = (q.question, mem.context(q.question), mem.cfg)
     return out
 
 
 def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The run's rows with each answer rewritten as ``answer.resolve_times`` would; and what changed."""
-    from memsys.answer.generate import ABSTAIN_TEXT
     from memsys.answer.times import resolve_answer_times
     from memsys.predict import reader_input_digest
 
@@ -75,8 +61,7 @@ def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -
         qid = str(row["question_id"])
         question, ctx, cfg = ctxs[qid]
         if ctx.abstain_reason:  # retrieval abstains: the reader is not asked, the answer is fixed
-            out.append({**row, "prediction": ABSTAIN_TEXT, "scores": score(qid, ABSTAIN_TEXT), "context_ids": [],
-                        "context_tokens": 0, "prompt_tokens": 0, "abstained": True})
+            out.append(abstained(row, score(qid, ABSTAIN_TEXT)))
             continue
         ids = list(ctx.source_ids)
         if row.get("context_ids") is not None and ids != list(row["context_ids"]):
@@ -106,16 +91,12 @@ def figures(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]
     out: dict[str, Any] = {}
     for obj in OBJECTIVES:
         cand, ref = per_question(obj, rows), per_question(obj, base)
-        out[obj] = round(mean(cand.values()), 4) if cand else None
-        out[f"{obj}_as_run"] = round(mean(ref.values()), 4) if ref else None
-        if set(cand) & set(ref):
-            t = paired_test(cand, ref)
-            out[f"{obj}_delta"] = {"delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
-                                   "p_better": round(t.p_better, 4), "p_worse": round(t.p_worse, 4), "n": t.n}
+        out[obj], out[f"{obj}_as_run"] = mean4(cand), mean4(ref)
+        if (d := paired(cand, ref)) is not None:
+            out[f"{obj}_delta"] = d
     out["abstained"] = {"cat5": sum(bool(r.get("abstained")) and str(r.get("category")) == "5" for r in rows),
                         "cat1_4": sum(bool(r.get("abstained")) and str(r.get("category")) != "5" for r in rows)}
-    cat2 = [r for r in rows if str(r.get("category")) == "2"]
-    out["f1_cat2"] = round(mean(r["scores"]["f1"] for r in cat2), 4) if cat2 else None
+    out["f1_cat2"] = mean4({str(r["question_id"]): r["scores"]["f1"] for r in rows if str(r.get("category")) == "2"})
     return out
 
 
@@ -126,12 +107,9 @@ def against(rows: Sequence[Mapping[str, Any]], ref: Sequence[Mapping[str, Any]])
         cand, base = per_question(obj, rows), per_question(obj, ref)
         shared = set(cand) & set(base)
         if shared:
-            t = paired_test(cand, base)
-            out[obj] = {"composed": round(mean(cand[q] for q in shared), 4),
-                        "reference": round(mean(base[q] for q in shared), 4),
-                        "ratio": round(mean(cand[q] for q in shared) / max(mean(base[q] for q in shared), 1e-9), 3),
-                        "delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
-                        "p_better": round(t.p_better, 4), "n": t.n}
+            c, b = mean(cand[q] for q in shared), mean(base[q] for q in shared)
+            out[obj] = {"composed": round(c, 4), "reference": round(b, 4), "ratio": round(c / max(b, 1e-9), 3),
+                        **(paired(cand, base) or {})}
     return out
 
 
@@ -139,18 +117,15 @@ def render(result: dict[str, Any]) -> str:
     lines = ["| run | rewritten answers | abstained (cat 5, cat 1-4) | F1 cat 1-4 as run -> composed | paired (95% CI) "
              "| all_honest as run -> composed | paired (95% CI) |", "| --- " * 7 + "|"]
 
-    def ci(d: dict[str, Any] | None) -> str:
-        return f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] p={d['p_better']:.3f}" if d else "-"
-
     for name, r in result["runs"].items():
         f = r["figures"]
         lines.append(f"| {name} | {len(r['changed'])} | {f['abstained']['cat5']}, {f['abstained']['cat1_4']} | "
-                     f"{f['f1_cat1_4_as_run']} -> {f['f1_cat1_4']} | {ci(f.get('f1_cat1_4_delta'))} | "
-                     f"{f['all_honest_as_run']} -> {f['all_honest']} | {ci(f.get('all_honest_delta'))} |")
+                     f"{f['f1_cat1_4_as_run']} -> {f['f1_cat1_4']} | {format_paired(f.get('f1_cat1_4_delta'))} | "
+                     f"{f['all_honest_as_run']} -> {f['all_honest']} | {format_paired(f.get('all_honest_delta'))} |")
     for name, r in result["runs"].items():
         for obj, a in r.get("against", {}).items():
             lines.append(f"- {name} composed vs {result['against']}, {obj}: {a['composed']} vs {a['reference']} "
-                         f"({a['ratio']}x), {ci(a)} ({a['n']} q.)")
+                         f"({a['ratio']}x), {format_paired(a)} ({a['n']} q.)")
     return "\n".join(lines)
 
 
@@ -166,29 +141,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                   "on the shared questions (e.g. naive_rag=<run id>)")
     ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "answer_times.json")
     args = ap.parse_args(argv)
-    runs = dict(item.split("=", 1) for item in args.runs.split(",") if item)
-    presets: dict[str, tuple[str, list[str]]] = {}
-    for item in filter(None, args.presets.split(",")):
-        name, _, spec = item.partition("=")
-        preset, _, ovs = spec.partition(":")
-        presets[name] = (preset, [o if o.startswith("memory.") else f"memory.{o}" for o in filter(None, ovs.split(";"))])
+    runs, run_presets = named(args.runs), presets(args.presets)
     questions = {q.id: q for conv in load_benchmark("locomo").conversations for q in conv.questions}
 
     def score(qid: str, text: str) -> dict[str, float]:
         return score_question("locomo", text, questions[qid])
 
-    def run_rows(spec: str) -> tuple[Path, list[dict[str, Any]]]:
-        run_dir = Path(spec) if Path(spec).is_dir() else runs_dir() / spec
-        if not (run_dir / "predictions.jsonl").exists():
-            raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
-        return run_dir, read_rows(run_dir)
-
     ref_name, _, ref_spec = args.against.partition("=")
-    ref_rows = run_rows(ref_spec)[1] if ref_spec else None
+    ref_rows = read_run(ref_spec)[1] if ref_spec else None
     out_runs: dict[str, Any] = {}
     for name, spec in runs.items():
-        run_dir, rows = run_rows(spec)
-        preset, overrides = presets.get(name, (name, []))
+        run_dir, rows = read_run(spec)
+        preset, overrides = run_presets.get(name, (name, []))
         ctxs = contexts(args.split, preset, [*overrides, "memory.answer.resolve_times=true"],
                         {str(r["question_id"]) for r in rows})
         new_rows, changed = rewrite(rows, ctxs, score)
@@ -196,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "figures": figures(new_rows, rows), "changed": changed}
         if ref_rows is not None:
             out_runs[name]["against"] = against(new_rows, ref_rows)
-    result = {"command": "python -m research.perf.bench_answer_times " + " ".join(sys.argv[1:] if argv is None else argv),
+    result = {"command": command("research.perf.bench_answer_times", argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "split": args.split,
               "against": ref_name or None, "runs": out_runs}
     write_result(args.out, result, render(result))

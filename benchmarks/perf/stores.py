@@ -1,0 +1,41 @@
+"""One store per conversation of a split, built with a preset: the reader-free benches' common first step.
+
+Why its own module: the abstention margins (bench_abstention), the context rebuild of the reader-run
+compositions (research.perf.bench_answer_times) and the retrieval benches all ingest a split's
+conversations the same way; one definition keeps them measuring the same stores.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from benchmarks.datasets import load_benchmark
+from benchmarks.splits import load_benchmark_config, select
+from memsys.memory import Memory
+from memsys.records import Turn
+
+
+def memsys_turns(conv: Any) -> list[Turn]:
+    """A dataset conversation's turns as the memory system ingests them (caption mode)."""
+    return [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
+            for s in conv.sessions for t in s.turns]
+
+
+def split_memories(split: str, preset: str, overrides: Sequence[str] = (),
+                   question_ids: set[str] | None = None) -> Iterator[tuple[Any, Memory]]:
+    """(conversation, its freshly built Memory) for each LoCoMo conversation of the split, in a
+    temporary folder; each store is closed when the caller moves on. With ``question_ids``, only the
+    conversations that hold one of them are built."""
+    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
+    with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp:
+        for conv in bench.conversations:
+            if question_ids is not None and not any(q.id in question_ids for q in conv.questions):
+                continue
+            mem = Memory.create(Path(tmp) / conv.id, preset, overrides=list(overrides))
+            try:
+                mem.add(memsys_turns(conv))
+                yield conv, mem
+            finally:
+                mem.close()

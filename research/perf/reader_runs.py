@@ -1,0 +1,77 @@
+"""Measured reader runs read back, and composed with a decision the reader never saw.
+
+Why: several levers act before the reader is asked (retrieval abstention) or after it answered (its
+token confidence, ``answer.resolve_times``). On a finished reader run their end-to-end figure is
+exact at no reader time: replace the affected rows, score them with the scorer, and compare with the
+run on the same questions. bench_abstention_reader and bench_answer_times do this; the parts they
+share live here so both read runs, mark abstentions and report the paired test the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from statistics import mean
+from typing import Any, Mapping, Sequence
+
+from harness.paths import runs_dir
+from memsys.answer.generate import ABSTAIN_TEXT
+from research.diagnosis import read_rows
+from research.stats import paired_test
+
+
+def read_run(spec: str) -> tuple[Path, list[dict[str, Any]]]:
+    """A finished run's folder and scored rows; ``spec`` is a run id under runs/ or a folder."""
+    run_dir = Path(spec) if Path(spec).is_dir() else runs_dir() / spec
+    if not (run_dir / "predictions.jsonl").exists():
+        raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
+    return run_dir, read_rows(run_dir)
+
+
+def named(text: str) -> dict[str, str]:
+    """``"a=x,b=y"`` -> {"a": "x", "b": "y"} (the benches' --runs)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise SystemExit(f"{item!r}: expected name=value")
+        out[name] = value
+    return out
+
+
+def presets(text: str) -> dict[str, tuple[str, list[str]]]:
+    """``"omni=omni:answer.abstain=off;retrieval.top_k=8"`` -> {"omni": ("omni", ["memory.answer.abstain=off",
+    "memory.retrieval.top_k=8"])}: the preset and memory overrides a run's contexts are rebuilt with."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name, spec in named(text).items():
+        preset, _, ovs = spec.partition(":")
+        out[name] = (preset, [o if o.startswith("memory.") else f"memory.{o}" for o in filter(None, ovs.split(";"))])
+    return out
+
+
+def abstained(row: Mapping[str, Any], scores: Mapping[str, float]) -> dict[str, Any]:
+    """The row as it would be had the system abstained: the fixed text, its scores, no context, no reader."""
+    return {**row, "prediction": ABSTAIN_TEXT, "scores": dict(scores), "context_ids": [], "context_tokens": 0,
+            "prompt_tokens": 0, "abstained": True}
+
+
+def mean4(values: Mapping[str, float]) -> float | None:
+    return round(mean(values.values()), 4) if values else None
+
+
+def paired(candidate: Mapping[str, float], reference: Mapping[str, float]) -> dict[str, Any] | None:
+    """The loop's paired test (research.stats) as the benches report it; None without shared questions."""
+    if not set(candidate) & set(reference):
+        return None
+    t = paired_test(candidate, reference)
+    return {"delta": round(t.mean_delta, 4), "ci": [round(t.ci_low, 4), round(t.ci_high, 4)],
+            "p_better": round(t.p_better, 4), "p_worse": round(t.p_worse, 4), "n": t.n}
+
+
+def format_paired(d: Mapping[str, Any] | None) -> str:
+    return f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] p={d['p_better']:.3f}" if d else "-"
+
+
+def command(module: str, argv: Sequence[str] | None) -> str:
+    """The command line that made a result, for its JSON."""
+    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,23 @@
+"""The reader-free benches' stores (benchmarks/perf/stores.py), built from the real LoCoMo split."""
+
+from __future__ import annotations
+
+from benchmarks.datasets import load_benchmark
+from benchmarks.perf.stores import memsys_turns, split_memories
+from benchmarks.splits import load_benchmark_config, select
+
+
+def test_only_the_conversations_holding_the_asked_questions_are_built_and_removed_after():
+    dev = select(load_benchmark("locomo"), "dev", None, load_benchmark_config("locomo"))
+    conv = dev.conversations[-1]
+    qid = conv.questions[0].id
+    seen = []
+    for c, mem in split_memories("dev", "naive", (), {qid}):
+        assert len(mem.store) > 0
+        hits = mem.retrieve(conv.questions[0].question).candidates
+        assert hits and all(h.mau.source_id for h in hits)
+        assert mem.store.path.exists()
+        seen.append((c.id, mem.store.path))
+    assert [cid for cid, _ in seen] == [conv.id]
+    assert not seen[0][1].exists()  # the temporary stores go with the loop
+    assert len(memsys_turns(conv)) == sum(len(s.turns) for s in conv.sessions)
