@@ -17,6 +17,10 @@ from harness.dates import format_date, parse_datetime  # noqa: F401 (re-exported
 from memsys.records import TimeMention
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+#: short forms people type ("last Fri", "last Tues."; LoCoMo has 6 such turns), matched capitalised only so
+#: that "this sun" or "who last sat" stay words
+_WEEKDAY_SHORT = {"mon": "monday", "tue": "tuesday", "tues": "tuesday", "wed": "wednesday", "thu": "thursday",
+                  "thur": "thursday", "thurs": "thursday", "fri": "friday", "sat": "saturday", "sun": "sunday"}
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a couple of": 2, "couple of": 2}
 #: vague amounts: (fewest, most) units they can mean
@@ -32,7 +36,8 @@ RELATIVE_RE = re.compile(
     r"|(?P<pdir>past|last)\s+(?P<pnum>few|couple of|\d+|two|three|four|five|six|seven|eight|nine|ten)\s+"
     r"(?P<punit>day|week|month|year)s"
     r"|(?P<sdir>last|this|next|past|coming)\s+(?P<season>spring|summer|fall|autumn|winter)"
-    r"|(?P<dir>last|next|this|past|coming)\s+(?P<unit>week|month|year|weekend|" + "|".join(_WEEKDAYS) + r")"
+    r"|(?P<dir>last|next|this|past|coming)\s+(?P<unit>week|month|year|weekend|" + "|".join(_WEEKDAYS)
+    + "|(?-i:" + "|".join(w.capitalize() for w in _WEEKDAY_SHORT) + "))"
     r"|(?P<num>" + _NUM + r")\s+" + _UNIT_RE + r"\s+(?P<ago>ago|later|from now)"
     r"|in\s+(?P<innum>" + _NUM + r")\s+(?P<inunit>day|week|month|year)s?"
     r")\b",
@@ -159,7 +164,8 @@ def _resolve_one(m: re.Match, today: date) -> tuple[tuple[datetime, datetime], s
     if m["season"]:
         return _season_span(today, m["sdir"].lower(), m["season"].lower()), "season"
     if m["dir"]:
-        return _directed_span(today, m["dir"].lower(), m["unit"].lower())
+        unit = m["unit"].lower()
+        return _directed_span(today, m["dir"].lower(), _WEEKDAY_SHORT.get(unit, unit))
     if m["innum"]:
         lo, hi = _amount(m["innum"])
         return _vague_offset(today, m["inunit"].lower(), lo, hi, 1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any
+from typing import Any, Iterator
 
 from memsys.config import MemoryConfig
 
@@ -143,70 +143,97 @@ def effective_view(cfg: MemoryConfig) -> dict[str, Any]:
     """Every field by path, ``DEAD`` where its value cannot change the reader's input, coupled fields
     replaced by the value that acts. Equal views mean equal behaviour (as far as the config decides)."""
     view = _flatten(cfg)
-
-    def dead(*paths: str) -> None:
-        for p in paths:
-            view[p] = DEAD
-
-    dead(*_NEVER_MATTER)
-    r = cfg.retrieval
-    if r.merge in DENSE_CUT:  # the dense list is dense_k hits cut at top_k: only the smaller acts
-        view["retrieval.top_k"] = view["retrieval.dense_k"] = min(r.dense_k, r.top_k)
-    elif r.merge == "bm25_only":
-        view["retrieval.top_k"] = view["retrieval.sparse_k"] = min(r.sparse_k, r.top_k)
-        dead("retrieval.dense_k")
-    else:  # fusions cut the union, which has at most dense_k + sparse_k hits
-        view["retrieval.top_k"] = min(r.top_k, r.dense_k + r.sparse_k)
-    if r.merge == "dense_only":
-        dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields", "ingest.index_text.sparse")
-    if not dense_text_acts(cfg):
-        dead("ingest.index_text.dense")
-    if r.expand_top == 0:
-        dead("retrieval.expand_window")
-    if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
-        dead("retrieval.time_lift")
-    if r.speaker_first:
-        dead("retrieval.speaker_lift")
-    a = cfg.answer
-    if a.abstain not in ("retrieval", "both"):
-        dead("answer.abstain_margin", "answer.abstain_signal")
-    if a.abstain != "confidence":
-        dead("answer.abstain_logprob")
-    if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
-        view["answer.abstain"] = "off" if a.abstain == "reader" else "retrieval"
-    if r.merge != "rrf":
-        dead("retrieval.rrf_k")
-    if r.merge != "linear":
-        dead("retrieval.linear_alpha")
-    if not compressed(cfg):
-        dead("retrieval.sparse_fields", *_COMPRESSION)
-    if not cfg.ingest.text.enabled:
-        dead(*_TEXT_GATE)
-
-    if not pyramid_expands(cfg):
-        dead("pyramid.enabled", "answer.context_text", "pyramid.theta")
-    elif cfg.answer.context_text == "both" and not compressed(cfg):
-        view["answer.context_text"] = "full_text"
-    if not level3_active(cfg):
-        dead("pyramid.level3", "pyramid.level3_media", "pyramid.modality_tokens")
-    elif not cfg.pyramid.level3_media:
-        dead("pyramid.modality_tokens")
-    if not budget_binds(cfg):
-        dead("pyramid.budget_tokens")
-
-    if not facts_shown(cfg):
-        dead("answer.graph_facts_style")
-    if not graph_active(cfg):
-        dead(*(p for p in view if p.startswith("graph.")), "answer.include_graph_facts")
-    else:
-        if not facts_shown(cfg):
-            dead("graph.max_facts", "answer.include_graph_facts")
-        if cfg.graph.max_maus == 0:
-            dead("graph.placement")
+    for p in _NEVER_MATTER:
+        view[p] = DEAD
+    for rules in (_retrieval_rules, _answer_rules, _ingest_rules, _pyramid_rules, _graph_rules):
+        for path, value in rules(cfg):
+            view[path] = value
+    if graph_active(cfg):  # the graph's own fields, all dead when it is off
         view["graph.hops"] = graph_reach(cfg)
         if view["graph.hops"] == 0:
-            dead("graph.beta")
+            view["graph.beta"] = DEAD
+    else:
+        for p in view:
+            if p.startswith("graph."):
+                view[p] = DEAD
     return view
+
+
+Rule = Iterator[tuple[str, Any]]  # (field path, the value that acts, or DEAD)
+
+
+def _dead(*paths: str) -> Rule:
+    return ((p, DEAD) for p in paths)
+
+
+def _retrieval_rules(cfg: MemoryConfig) -> Rule:
+    r = cfg.retrieval
+    if r.merge in DENSE_CUT:  # the dense list is dense_k hits cut at top_k: only the smaller acts
+        yield "retrieval.top_k", min(r.dense_k, r.top_k)
+        yield "retrieval.dense_k", min(r.dense_k, r.top_k)
+    elif r.merge == "bm25_only":
+        yield "retrieval.top_k", min(r.sparse_k, r.top_k)
+        yield "retrieval.sparse_k", min(r.sparse_k, r.top_k)
+        yield from _dead("retrieval.dense_k")
+    else:  # fusions cut the union, which has at most dense_k + sparse_k hits
+        yield "retrieval.top_k", min(r.top_k, r.dense_k + r.sparse_k)
+    if r.merge == "dense_only":
+        yield from _dead("retrieval.sparse_k", "retrieval.sparse_backend", "retrieval.sparse_fields",
+                         "ingest.index_text.sparse")
+    if r.expand_top == 0:
+        yield from _dead("retrieval.expand_window")
+    if retrieval_pool(cfg) < TIME_LIFT_MIN_POOL:
+        yield from _dead("retrieval.time_lift")
+    if r.speaker_first:
+        yield from _dead("retrieval.speaker_lift")
+    if r.merge != "rrf":
+        yield from _dead("retrieval.rrf_k")
+    if r.merge != "linear":
+        yield from _dead("retrieval.linear_alpha")
+
+
+def _answer_rules(cfg: MemoryConfig) -> Rule:
+    a = cfg.answer
+    if a.abstain not in ("retrieval", "both"):
+        yield from _dead("answer.abstain_margin", "answer.abstain_signal")
+    if a.abstain != "confidence":
+        yield from _dead("answer.abstain_logprob")
+    if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
+        yield "answer.abstain", "off" if a.abstain == "reader" else "retrieval"
+    if not facts_shown(cfg):
+        yield from _dead("answer.graph_facts_style")
+
+
+def _ingest_rules(cfg: MemoryConfig) -> Rule:
+    if not dense_text_acts(cfg):
+        yield from _dead("ingest.index_text.dense")
+    if not compressed(cfg):
+        yield from _dead("retrieval.sparse_fields", *_COMPRESSION)
+    if not cfg.ingest.text.enabled:
+        yield from _dead(*_TEXT_GATE)
+
+
+def _pyramid_rules(cfg: MemoryConfig) -> Rule:
+    if not pyramid_expands(cfg):
+        yield from _dead("pyramid.enabled", "answer.context_text", "pyramid.theta")
+    elif cfg.answer.context_text == "both" and not compressed(cfg):
+        yield "answer.context_text", "full_text"
+    if not level3_active(cfg):
+        yield from _dead("pyramid.level3", "pyramid.level3_media", "pyramid.modality_tokens")
+    elif not cfg.pyramid.level3_media:
+        yield from _dead("pyramid.modality_tokens")
+    if not budget_binds(cfg):
+        yield from _dead("pyramid.budget_tokens")
+
+
+def _graph_rules(cfg: MemoryConfig) -> Rule:
+    if not graph_active(cfg):
+        yield from _dead("answer.include_graph_facts")
+        return
+    if not facts_shown(cfg):
+        yield from _dead("graph.max_facts", "answer.include_graph_facts")
+    if cfg.graph.max_maus == 0:
+        yield from _dead("graph.placement")
 
 
 def effective_key(cfg: MemoryConfig) -> str:

@@ -28,6 +28,8 @@ Usage::
         [--out runs/bench/abstention_reader.json]
     python -m research.perf.bench_abstention_reader --signal confidence --runs omni=<run with logprobs> \\
         [--thresholds -0.25,-0.5,-1,-1.5,-2] [--out runs/bench/abstention_confidence.json]
+    python -m research.perf.bench_abstention_reader --signal both --runs omni=<run with logprobs> \
+        [--margins ...] [--thresholds ...] [--out runs/bench/abstention_both.json]
 
 This drives research/ helpers (an entry point, not part of the scorer package).
 """
@@ -56,7 +58,7 @@ ScoreAbstain = Callable[[str], dict[str, float]]  # question id -> the scorer's 
 class Composed:
     """One reader run with abstention at one threshold."""
 
-    threshold: float
+    threshold: float | str  # a margin or log-probability; "margin / logprob / rule" for a combination
     rows: list[dict[str, Any]]
     abstained: dict[str, int]  # "cat5" / "cat1_4" -> questions newly abstained
     ids: list[str]  # those questions
@@ -82,7 +84,15 @@ def by_confidence(rows: Sequence[Mapping[str, Any]], threshold: float) -> set[st
     return out
 
 
-def compose(rows: Sequence[Mapping[str, Any]], abstain: set[str], threshold: float,
+def by_both(margins: Mapping[str, float | None], rows: Sequence[Mapping[str, Any]], margin: float, threshold: float,
+            rule: str) -> set[str]:
+    """Retrieval's margin and the reader's confidence together: abstain when either doubts (``or``), or
+    only when both do (``and``: a weak margin alone does not silence a confident reader)."""
+    weak, unsure = by_margin(margins, margin), by_confidence(rows, threshold)
+    return weak | unsure if rule == "or" else weak & unsure
+
+
+def compose(rows: Sequence[Mapping[str, Any]], abstain: set[str], threshold: float | str,
             score_abstain: ScoreAbstain) -> Composed:
     """The run's scored rows as they would be had the questions in ``abstain`` been abstained on: the
     abstention text, scored by the scorer, and no context."""
@@ -119,8 +129,16 @@ def sweep(rows: Sequence[Mapping[str, Any]], margins: Mapping[str, float | None]
     return [figures(compose(rows, chosen(t), t, score_abstain), rows) for t in thresholds]
 
 
+def sweep_both(rows: Sequence[Mapping[str, Any]], margins: Mapping[str, float | None], margin_list: Sequence[float],
+               thresholds: Sequence[float], score_abstain: ScoreAbstain) -> list[dict[str, Any]]:
+    """Every (margin, abstain_logprob, rule) of the grid, both rules: ``--signal both``."""
+    return [figures(compose(rows, by_both(margins, rows, m, t, rule), f"{m:.2f} / {t:.2f} / {rule}", score_abstain), rows)
+            for rule in ("or", "and") for m in margin_list for t in thresholds]
+
+
 def render(result: dict[str, Any]) -> str:
-    head = "margin" if result.get("signal", "margin") == "margin" else "abstain_logprob"
+    head = {"margin": "margin", "confidence": "abstain_logprob"}.get(result.get("signal", "margin"),
+                                                                     "margin / abstain_logprob / rule")
     lines = [f"| run | {head} | cat 5 abstained | cat 1-4 abstained | F1 cat 1-4 | cat 5 | all_honest | "
              "all_honest vs the run (95% CI) | F1 cat 1-4 vs the run |", "| --- " * 9 + "|"]
     for name, run in result["runs"].items():
@@ -130,7 +148,7 @@ def render(result: dict[str, Any]) -> str:
         for r in run["sweep"]:
             ah, f14 = r.get("all_honest_vs_base"), r.get("f1_cat1_4_vs_base")
             lines.append(
-                f"| {name} | {r['threshold']:.2f} | {r['abstained']['cat5']} of {n5} | {r['abstained']['cat1_4']} of {n14} | "
+                f"| {name} | {r['threshold'] if isinstance(r['threshold'], str) else format(r['threshold'], '.2f')} | {r['abstained']['cat5']} of {n5} | {r['abstained']['cat1_4']} of {n14} | "
                 f"{r['f1_cat1_4']} | {r['f1_cat5']} | {r['all_honest']} | "
                 + f"{format_paired(ah)} | "
                 + (f"{f14['delta']:+.3f} |" if f14 else "- |"))
@@ -144,8 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", required=True, help="name=run id (or folder), comma-separated: measured reader runs")
-    ap.add_argument("--signal", choices=("margin", "confidence"), default="margin",
-                    help="retrieval's speaker margin, or the reader's mean answer-token log-probability")
+    ap.add_argument("--signal", choices=("margin", "confidence", "both"), default="margin",
+                    help="retrieval's speaker margin, the reader's mean answer-token log-probability, or every "
+                         "pair of the two (--margins x --thresholds, abstaining on either or on both)")
     ap.add_argument("--abstain-signal", default="subject", help="the retrieval margin (answer.abstain_signal): "
                     "subject (whom the best statement is about) or speaker (who said the best turn)")
     ap.add_argument("--margins", default=",".join(str(m) for m in MARGINS))
@@ -156,12 +175,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                              "(abstention_confidence.json with --signal confidence)")
     args = ap.parse_args(argv)
     runs = named(args.runs)
-    by_logprob = args.signal == "confidence"
-    thresholds = [float(x) for x in (args.thresholds if by_logprob else args.margins).split(",") if x]
-    out_path = args.out or runs_dir() / "bench" / ("abstention_confidence.json" if by_logprob else "abstention_reader.json")
+    needs_logprobs, needs_margins = args.signal in ("confidence", "both"), args.signal in ("margin", "both")
+    margin_list = [float(x) for x in args.margins.split(",") if x]
+    logprob_list = [float(x) for x in args.thresholds.split(",") if x]
+    out_path = args.out or runs_dir() / "bench" / {"margin": "abstention_reader.json", "confidence":
+                                                   "abstention_confidence.json", "both": "abstention_both.json"}[args.signal]
     questions = {q.id: q for conv in load_benchmark("locomo").conversations for q in conv.questions}
-    margin_of = None if by_logprob else {qid: m for qid, _, m in
-        retrieval_margins(args.split, args.preset, (), args.abstain_signal)}
+    margin_of = {qid: m for qid, _, m in retrieval_margins(args.split, args.preset, (), args.abstain_signal)} \
+        if needs_margins else None
 
     def score_abstain(qid: str) -> dict[str, float]:
         return score_question("locomo", ABSTAIN_TEXT, questions[qid])
@@ -169,21 +190,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_runs: dict[str, Any] = {}
     for name, spec in runs.items():
         run_dir, rows = read_run(spec)
-        missing = [str(r["question_id"]) for r in rows if str(r["question_id"]) not in (margin_of or questions)]
+        missing = [str(r["question_id"]) for r in rows
+                   if str(r["question_id"]) not in (questions if margin_of is None else margin_of)]
         if missing:
             raise SystemExit(f"{name}: {len(missing)} questions are not in split {args.split!r} (e.g. {missing[0]})")
-        if by_logprob and not any(r.get("answer_logprobs") for r in rows):
+        if needs_logprobs and not any(r.get("answer_logprobs") for r in rows):
             raise SystemExit(f"{name}: no answer_logprobs in {run_dir.name}'s rows (run it with "
                              "memory.answer.record_logprobs=true)")
         as_run = {obj: mean4(per_question(obj, rows)) for obj in ("f1_cat1_4", "f1_cat5", "all_honest")}
         out_runs[name] = {"run_id": run_dir.name, "n": len(rows),
                           "n_cat5": sum(str(r.get("category")) == "5" for r in rows),
                           "n_cat1_4": sum(str(r.get("category")) != "5" for r in rows), "as_run": as_run,
-                          "sweep": sweep(rows, margin_of, thresholds, score_abstain)}
+                          "sweep": sweep_both(rows, margin_of, margin_list, logprob_list, score_abstain)
+                          if args.signal == "both" else
+                          sweep(rows, margin_of, logprob_list if needs_logprobs else margin_list, score_abstain)}
     result = {"command": command("research.perf.bench_abstention_reader", argv),
               "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "preset": args.preset,
               "split": args.split, "signal": args.signal,
-              "abstain_signal": None if by_logprob else args.abstain_signal, "runs": out_runs}
+              "abstain_signal": args.abstain_signal if needs_margins else None, "runs": out_runs}
     write_result(out_path, result, render(result))
     return 0
 

@@ -40,13 +40,13 @@ def named(text: str) -> dict[str, str]:
 
 
 def presets(text: str) -> dict[str, tuple[str, list[str]]]:
-    """``"omni=omni:answer.abstain=off;retrieval.top_k=8"`` -> {"omni": ("omni", ["memory.answer.abstain=off",
-    "memory.retrieval.top_k=8"])}: the preset and memory overrides a run's contexts are rebuilt with."""
-    out: dict[str, tuple[str, list[str]]] = {}
-    for name, spec in named(text).items():
-        preset, _, ovs = spec.partition(":")
-        out[name] = (preset, [o if o.startswith("memory.") else f"memory.{o}" for o in filter(None, ovs.split(";"))])
-    return out
+    """bench_reader's variant syntax (``"omni=omni:answer.abstain=off;retrieval.top_k=8,naive_rag"``) ->
+    {"omni": ("omni", ["memory.answer.abstain=off", "memory.retrieval.top_k=8"]), "naive_rag": ("naive_rag", [])}:
+    the preset and memory overrides a run's contexts are rebuilt with."""
+    from research.perf.bench_reader import parse_variants
+
+    return {v.name: (v.preset, [o if o.startswith("memory.") else f"memory.{o}" for o in v.overrides])
+            for v in parse_variants(text)}
 
 
 def abstained(row: Mapping[str, Any], scores: Mapping[str, float]) -> dict[str, Any]:

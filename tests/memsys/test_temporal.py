@@ -204,6 +204,14 @@ def test_locomo_phrase_classes_resolve(text, anchor, expected, granularity):
     assert ((m.start, m.end), m.granularity) == (expected, granularity)
 
 
+def test_short_weekdays_resolve_when_capitalised_and_stay_words_otherwise():
+    by_text = {m.text: describe_mention(m) for m in resolve_relative_times(
+        "I joined last Tues. and dance next Fri; Last Thurs too", MONDAY_8_MAY)}
+    assert by_text == {"last Tues": "last Tues = 2 May 2023", "next Fri": "next Fri = 12 May 2023",
+                       "Last Thurs": "Last Thurs = 4 May 2023"}
+    assert resolve_relative_times("we sat in this sun; who last sat here?", MONDAY_8_MAY) == []
+
+
 def test_ranges_are_described_as_ranges():
     by_text = {m.text: describe_mention(m) for m in resolve_relative_times(
         "a few days ago; last summer; a few years ago; past week", MONDAY_8_MAY)}
@@ -220,6 +228,7 @@ LOCOMO_CLASSES = {
     "in N units": (r"\bin (?:a few|a couple of|\d+|a|an|one|two|three|four|five) (?:day|week|month|year)s?\b", 4),
     "vague ago": (r"\b(?:a few|several) (?:day|week|month|year)s? ago\b", 10),
     "past window": (r"\bpast (?:few )?(?:week|month|year)s?\b", 3),
+    "short weekday": (r"\b(?:last|next|this) (?:Mon|Tues?|Wed|Thu(?:rs?)?|Fri|Sat|Sun)\b", 6),  # counted 2026-12-04
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks.datasets.schema import Question
 from benchmarks.scoring import score_question
-from research.perf.bench_abstention_reader import ABSTAIN_TEXT, by_margin, compose, sweep
+from research.perf.bench_abstention_reader import ABSTAIN_TEXT, by_margin, compose, sweep, sweep_both
 
 QUESTIONS = {
     "c:q1": Question("c:q1", "c", "When did Mel paint the lake?", "7 May 2023", "2", ("D1:1",)),
@@ -65,3 +65,13 @@ def test_confidence_abstains_on_the_answers_below_the_threshold_as_the_reader_wo
     assert strict["abstained_ids"] == ["c:q2", "c:q3"] and strict["threshold"] == -0.5  # means -1.0 and -2.0
     assert lax["abstained_ids"] == ["c:q3"]  # -1.0 is not below -1.5; q4 has no signal and keeps its answer
     assert lax["f1_cat5"] == 0.5 and lax["all_honest_vs_base"]["delta"] == pytest.approx(0.25, abs=1e-4)
+
+
+def test_both_signals_abstain_on_either_or_only_on_both():
+    """q2 and q3 trail by 0.1 (q4 by 0.03); q3 and q4 have low confidence. At margin 0.05 and
+    logprob -1.5: either doubts on q2, q3, q4; both doubt only on q3."""
+    logprobs = {"c:q1": [-0.1], "c:q2": [-0.2], "c:q3": [-2.0], "c:q4": [-3.0]}
+    rows = [{**r, "answer_logprobs": logprobs[r["question_id"]]} for r in ROWS]
+    grid = sweep_both(rows, MARGINS, [0.05], [-1.5], _score_abstain)
+    by_rule = {g["threshold"]: g["abstained_ids"] for g in grid}
+    assert by_rule == {"0.05 / -1.50 / or": ["c:q2", "c:q3", "c:q4"], "0.05 / -1.50 / and": ["c:q3"]}

@@ -12,8 +12,9 @@ from research.perf.reader_runs import abstained, named, paired, presets, read_ru
 
 def test_named_and_presets_parse_the_command_line_and_reject_a_bare_name():
     assert named("omni=bench-1,naive_rag=/tmp/run") == {"omni": "bench-1", "naive_rag": "/tmp/run"}
-    assert presets("omni=omni:answer.abstain=off;memory.retrieval.top_k=8,n=naive_rag") == {
-        "omni": ("omni", ["memory.answer.abstain=off", "memory.retrieval.top_k=8"]), "n": ("naive_rag", [])}
+    assert presets("omni=omni:answer.abstain=off;memory.retrieval.top_k=8,n=naive_rag:,naive") == {
+        "omni": ("omni", ["memory.answer.abstain=off", "memory.retrieval.top_k=8"]), "n": ("naive_rag", []),
+        "naive": ("naive", [])}
     with pytest.raises(SystemExit, match="'omni': expected name=value"):
         named("omni")
 
