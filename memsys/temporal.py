@@ -206,6 +206,11 @@ _ANCHORED = re.compile(r"^(?P<dir>last|past|this|next|coming)\s+(?P<unit>week|we
 _ANCHOR_WORD = {"last": "before", "past": "before", "this": "of", "next": "after", "coming": "after"}
 
 
+def mention_key(text: str) -> str:
+    """One key for one expression however it is written: "Last Tues" and "last tuesday" match."""
+    return " ".join(_WEEKDAY_SHORT.get(w, w) for w in text.lower().split())
+
+
 def answer_date(m: TimeMention, said_on: datetime) -> str:
     """What a "when" answer says for a mention: the day itself when it names one; "the week before 9 June
     2023" for last/next week or weekend (what the speaker said, anchored to the day they said it: no

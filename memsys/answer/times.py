@@ -16,20 +16,20 @@ import re
 from typing import Sequence
 
 from memsys.retrieve.context import ContextItem
-from memsys.temporal import RELATIVE_RE, answer_date
+from memsys.temporal import RELATIVE_RE, answer_date, mention_key
 
 _FILLER = re.compile(r"^(?:on|in|during|it was|around|about)\s+", re.IGNORECASE)
 
 
 def resolutions(items: Sequence[ContextItem]) -> dict[str, str]:
-    """Expression (lower case) -> what an answer should say for it, from the first item that has it."""
+    """Expression (temporal.mention_key) -> what an answer should say for it, from the first item that has it."""
     out: dict[str, str] = {}
     for item in items:
         said_on = item.mau.timestamp
         if said_on is None:
             continue
         for m in item.mau.time_mentions:
-            out.setdefault(m.text.lower(), answer_date(m, said_on))
+            out.setdefault(mention_key(m.text), answer_date(m, said_on))
     return out
 
 
@@ -42,6 +42,6 @@ def resolve_answer_times(answer: str, items: Sequence[ContextItem]) -> str:
     known = resolutions(items)
     bare = _FILLER.sub("", answer.strip().rstrip(".!").strip())
     if len(found) == 1 and bare.lower() == found[0].group(0).lower():
-        return known.get(bare.lower(), answer)
-    return RELATIVE_RE.sub(lambda x: f"{x.group(0)} ({known[x.group(0).lower()]})"
-                           if x.group(0).lower() in known else x.group(0), answer)
+        return known.get(mention_key(bare), answer)
+    return RELATIVE_RE.sub(lambda x: f"{x.group(0)} ({known[mention_key(x.group(0))]})"
+                           if mention_key(x.group(0)) in known else x.group(0), answer)

@@ -50,7 +50,8 @@ def item(mid: str, text: str, said_on: datetime, rank: int) -> ContextItem:
 
 
 ITEMS = [item("D12:3", "Yesterday I took the kids to the museum.", JULY_6, 0),
-         item("D9:1", "We went camping last week and yesterday we hiked.", JUNE_9, 1)]
+         item("D9:1", "We went camping last week and yesterday we hiked.", JUNE_9, 1),
+         item("D10:3", "I just joined a new activist group last Tues.", JUNE_9, 2)]
 
 
 @pytest.mark.parametrize("answer, expected", [
@@ -58,6 +59,8 @@ ITEMS = [item("D12:3", "Yesterday I took the kids to the museum.", JULY_6, 0),
     ("on yesterday.", "5 July 2023"),
     ("last week", "the week before 9 June 2023"),
     ("They went camping last week", "They went camping last week (the week before 9 June 2023)"),
+    ("last Tuesday", "6 June 2023"),  # the memory wrote "last Tues.": one expression, two spellings
+    ("She joined it last Tuesday", "She joined it last Tuesday (6 June 2023)"),
     ("Tomorrow", "Tomorrow"),  # no memory in the context says it: no date would be true
     ("7 May 2023", "7 May 2023"),
     (ABSTAIN_TEXT, ABSTAIN_TEXT),
