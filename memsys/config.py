@@ -212,8 +212,10 @@ class AnswerConfig:
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)
     # a small reader copies "yesterday" from the memory it read; ingestion resolved it (memsys/answer/times.py)
     resolve_times: bool = lever(False, "A relative time in the answer ('last week') becomes the date its memory resolved")
-    abstain: str = lever("off", "Say 'Not mentioned' when retrieval, the reader or its token confidence doubts memory",
-                         choices=("off", "retrieval", "reader", "both", "confidence"))
+    # or_/and_confidence: retrieval's margin or / and the reader's token confidence
+    abstain: str = lever("off", "Say 'Not mentioned' when retrieval, the reader or its confidence doubts",
+                         choices=("off", "retrieval", "reader", "both", "confidence", "or_confidence",
+                                  "and_confidence"))
     # 0.1: on LoCoMo dev, the most category 5 abstains while at most 4.4% of categories 1-4 do (about 0.02
     # F1 at the reader's mean), with abstain_signal=subject (docs/figures.md, "Calibrated abstention")
     abstain_margin: float = lever(0.1, "Abstain when a statement about the other speaker matches this much better",
@@ -225,6 +227,18 @@ class AnswerConfig:
     # ask the reader for token log-probabilities and record the answer's (calibrating abstain=confidence
     # offline: the decision comes after the reply, so one recorded run gives every threshold's result)
     record_logprobs: bool = False
+
+    # which signals an abstain mode reads; "both" is retrieval and the reader's 'supported' field. With
+    # and_confidence a weak margin alone does not abstain: the reader is asked, and a confident reply
+    # stands (a small reader is often right where another speaker's statement matches better)
+    def abstains_by_margin(self) -> bool:
+        return self.abstain in ("retrieval", "both", "or_confidence", "and_confidence")
+
+    def abstains_by_confidence(self) -> bool:
+        return self.abstain in ("confidence", "or_confidence", "and_confidence")
+
+    def abstains_by_reader(self) -> bool:
+        return self.abstain in ("reader", "both")
 
 
 @dataclass

@@ -194,9 +194,9 @@ def _retrieval_rules(cfg: MemoryConfig) -> Rule:
 
 def _answer_rules(cfg: MemoryConfig) -> Rule:
     a = cfg.answer
-    if a.abstain not in ("retrieval", "both"):
+    if not a.abstains_by_margin():
         yield from _dead("answer.abstain_margin", "answer.abstain_signal")
-    if a.abstain != "confidence":
+    if not a.abstains_by_confidence():
         yield from _dead("answer.abstain_logprob")
     if not a.response_format and a.abstain in ("reader", "both"):  # no schema, no 'supported' field
         yield "answer.abstain", "off" if a.abstain == "reader" else "retrieval"

@@ -100,9 +100,9 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
                                lambda c: not c.retrieval.speaker_first),
     "retrieval.time_lift": (f"the merged list holds at least {TIME_LIFT_MIN_POOL} candidates",
                             lambda c: retrieval_pool(c) >= TIME_LIFT_MIN_POOL),
-    "answer.abstain_margin": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
-    "answer.abstain_signal": ("answer.abstain is retrieval or both", lambda c: c.answer.abstain in ("retrieval", "both")),
-    "answer.abstain_logprob": ("answer.abstain is confidence", lambda c: c.answer.abstain == "confidence"),
+    "answer.abstain_margin": ("answer.abstain reads retrieval's margin", lambda c: c.answer.abstains_by_margin()),
+    "answer.abstain_signal": ("answer.abstain reads retrieval's margin", lambda c: c.answer.abstains_by_margin()),
+    "answer.abstain_logprob": ("answer.abstain reads the reader's confidence", lambda c: c.answer.abstains_by_confidence()),
     "graph.placement": ("graph.enabled and graph.max_maus > 0", lambda c: c.graph.enabled and c.graph.max_maus > 0),
     # extractive differs from the cut for any summary of two or more sentences (most raw turns), not only one
     # over summary_max_tokens; such a summary reaches the reader whenever a candidate stays at level 1 (pyramid

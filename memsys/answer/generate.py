@@ -102,7 +102,7 @@ def format_hint(question: str, cfg: AnswerConfig) -> str:
     """The lines after the question: the expected answer form (``type_hints``), then the JSON reply
     instruction (``response_format``); the schema itself goes with the request (answer_question)."""
     lines = [type_hint(question)] if cfg.type_hints else []
-    if cfg.response_format and _reader_abstains(cfg):
+    if cfg.response_format and cfg.abstains_by_reader():
         lines.append('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
                      'when no memory states the answer.')
     elif cfg.response_format:
@@ -130,12 +130,8 @@ def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[d
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
-def _reader_abstains(cfg: AnswerConfig) -> bool:
-    return cfg.abstain in ("reader", "both")
-
-
 def wants_logprobs(cfg: AnswerConfig) -> bool:
-    return cfg.abstain == "confidence" or cfg.record_logprobs
+    return cfg.abstains_by_confidence() or cfg.record_logprobs
 
 
 def reader_request(question: str, context: Context, cfg: AnswerConfig) -> dict[str, Any]:
@@ -144,7 +140,7 @@ def reader_request(question: str, context: Context, cfg: AnswerConfig) -> dict[s
     Two configs with equal requests on every question give equal answers (the no-op screen hashes it)."""
     request: dict[str, Any] = {"messages": build_messages(question, context, cfg), "json": bool(cfg.response_format),
                                "max_tokens": int(cfg.max_tokens)}
-    if cfg.abstain == "confidence":
+    if _confidence_decides(context, cfg):
         request["abstain_logprob"] = float(cfg.abstain_logprob)
     if cfg.resolve_times:  # the reply's relative times are rewritten from these memories
         request["resolve_times"] = resolutions(context.items)
@@ -177,6 +173,14 @@ def answer_logprobs(token_logprobs: Any, text: str, json_reply: bool) -> list[fl
     return out
 
 
+def _confidence_decides(context: Context, cfg: AnswerConfig) -> bool:
+    """Whether the reply's token confidence can drop it: always under confidence and or_confidence;
+    under and_confidence only where retrieval doubted."""
+    if cfg.abstain == "and_confidence":
+        return context.doubt is not None
+    return cfg.abstains_by_confidence()
+
+
 def _confidence(logprobs: list[float] | None) -> float | None:
     return sum(logprobs) / len(logprobs) if logprobs else None
 
@@ -192,7 +196,7 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
     t0 = time.perf_counter()
     extra = {"logprobs": True} if wants_logprobs(cfg) else {}  # absent otherwise: cached replies keep their keys
     if cfg.response_format:
-        reader_abstains = _reader_abstains(cfg)
+        reader_abstains = cfg.abstains_by_reader()
         schema = SUPPORTED_SCHEMA if reader_abstains else ANSWER_SCHEMA
         reply = llm.chat(messages, json_schema=schema, max_tokens=cfg.max_tokens, **extra)
         parsed = reply.parsed or {}
@@ -207,10 +211,10 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         text = reply.text
     logprobs = answer_logprobs(getattr(reply, "token_logprobs", None), reply.text, bool(cfg.response_format)) \
         if extra else None
-    if cfg.abstain == "confidence":
+    if _confidence_decides(context, cfg):
         if logprobs is None:  # the endpoint gave none: the lever cannot act, and must not look as if it did
-            raise ConfigError("answer.abstain=confidence needs token log-probabilities, and the reader's endpoint "
-                              "sends none: use another answer.abstain")
+            raise ConfigError(f"answer.abstain={cfg.abstain} needs token log-probabilities, and the reader's "
+                              "endpoint sends none: use another answer.abstain")
         confidence = _confidence(logprobs)
         if confidence is not None and confidence < cfg.abstain_logprob:
             text = ABSTAIN_TEXT

@@ -69,6 +69,9 @@ class Context:
     graph_facts: list[str] = field(default_factory=list)
     graph_tokens: int = 0
     abstain_reason: str | None = None  # set when retrieval decided memory does not hold the answer
+    # set when retrieval doubts it but leaves the decision to the reader's confidence
+    # (answer.abstain=and_confidence): the context is kept
+    doubt: str | None = None
 
     @property
     def total_tokens(self) -> int:

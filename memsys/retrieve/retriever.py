@@ -192,7 +192,7 @@ class Retriever:
                 fact_tokens = count_tokens("\n".join(compact_facts(facts)))
             ctx.graph_facts, ctx.graph_tokens = facts, fact_tokens
         timings["pyramid"] = (time.perf_counter() - t0) * 1e3
-        if self.cfg.answer.abstain in ("retrieval", "both"):
+        if self.cfg.answer.abstains_by_margin():
             t0 = time.perf_counter()
             self._abstain(query, cands, ctx)
             timings["abstain"] = (time.perf_counter() - t0) * 1e3  # it embeds statements: a stage of its own
@@ -206,7 +206,11 @@ class Retriever:
         margin = signal.margin(query, cands, self.speakers, self.embedder.embed)
         if margin is None or margin >= -a.abstain_margin:
             return
-        ctx.abstain_reason = f"{signal.better_match} matches better by {-margin:.2f} > {a.abstain_margin}"
+        reason = f"{signal.better_match} matches better by {-margin:.2f} > {a.abstain_margin}"
+        if a.abstain == "and_confidence":  # the reader is asked; its confidence decides
+            ctx.doubt = reason
+            return
+        ctx.abstain_reason = reason
         ctx.dropped += [(i.mau.id, "abstained: " + ctx.abstain_reason) for i in ctx.items]
         ctx.items, ctx.graph_facts, ctx.graph_tokens = [], [], 0
 

@@ -86,8 +86,9 @@ def by_confidence(rows: Sequence[Mapping[str, Any]], threshold: float) -> set[st
 
 def by_both(margins: Mapping[str, float | None], rows: Sequence[Mapping[str, Any]], margin: float, threshold: float,
             rule: str) -> set[str]:
-    """Retrieval's margin and the reader's confidence together: abstain when either doubts (``or``), or
-    only when both do (``and``: a weak margin alone does not silence a confident reader)."""
+    """Retrieval's margin and the reader's confidence together: abstain when either doubts (``or``:
+    ``answer.abstain=or_confidence``), or only when both do (``and``: ``and_confidence``, where a weak
+    margin alone does not silence a confident reader)."""
     weak, unsure = by_margin(margins, margin), by_confidence(rows, threshold)
     return weak | unsure if rule == "or" else weak & unsure
 

@@ -60,6 +60,9 @@ def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -
     for row in rows:
         qid = str(row["question_id"])
         question, ctx, cfg = ctxs[qid]
+        if cfg.answer.abstains_by_confidence():
+            raise SystemExit(f"answer.abstain={cfg.answer.abstain} decides from the reply's log-probabilities: "
+                             "compose it with research.perf.bench_abstention_reader --signal confidence|both")
         if ctx.abstain_reason:  # retrieval abstains: the reader is not asked, the answer is fixed
             out.append(abstained(row, score(qid, ABSTAIN_TEXT)))
             continue

@@ -9,6 +9,7 @@ share live here so both read runs, mark abstentions and report the paired test t
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from statistics import mean
@@ -16,16 +17,22 @@ from typing import Any, Mapping, Sequence
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.diagnosis import read_rows
 from research.stats import paired_test
 
 
 def read_run(spec: str) -> tuple[Path, list[dict[str, Any]]]:
     """A finished run's folder and scored rows; ``spec`` is a run id under runs/ or a folder."""
     run_dir = Path(spec) if Path(spec).is_dir() else runs_dir() / spec
-    if not (run_dir / "predictions.jsonl").exists():
+    path = run_dir / "predictions.jsonl"
+    if not path.exists():
         raise SystemExit(f"{run_dir}: no predictions.jsonl (is the run finished and scored?)")
-    return run_dir, read_rows(run_dir)
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:  # the scorer writes the file whole (atomically): a bad line is damage, and a figure must not skip it
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"{path}:{n}: not a JSON row ({e.msg}): the run's predictions are damaged") from None
+    return run_dir, rows
 
 
 def named(text: str) -> dict[str, str]:

@@ -218,3 +218,51 @@ def replace_answer(cfg, **changes):
     from dataclasses import replace
 
     return replace(cfg, **changes)
+
+
+#: the trap names Melanie for Caroline's race; the fair question names Caroline
+TRAP, FAIR = "What charity race did Melanie run for mental health?", "What charity race did Caroline run for mental health?"
+
+
+@pytest.mark.parametrize("mode, logprobs, trap_text, asked", [
+    # either signal: the weak margin abstains before the reader; a fair question's unsure reply is dropped too
+    ("or_confidence", RED_BIKE, ABSTAIN_TEXT, 1),
+    # both signals: a weak margin asks the reader, and only an unsure reply (mean -1.5 < -1.0) abstains ...
+    ("and_confidence", RED_BIKE, ABSTAIN_TEXT, 2),
+    # ... while a confident one stands, on the trap and the fair question alike
+    ("and_confidence", [('{"', -0.1), ("red", -0.2), (" bike", -0.1), ('"}', 0.0)], "red bike", 2),
+])
+def test_and_confidence_combined(mode, logprobs, trap_text, asked, tmp_path, embedder, openai_server,
+                                           monkeypatch):
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    mem = Memory.create(tmp_path / "s", "omni", overrides=[*OVERRIDES[:1], f"memory.answer.abstain={mode}",
+                                                             "memory.answer.abstain_margin=0.1"])
+    mem.add(TURNS)
+    trap, fair = mem.retrieve(TRAP).context, mem.retrieve(FAIR).context
+    if mode == "and_confidence":
+        assert trap.items and trap.abstain_reason is None and "another speaker" in trap.doubt
+    else:
+        assert trap.items == [] and "another speaker" in trap.abstain_reason
+    assert fair.doubt is None and fair.abstain_reason is None
+    for _ in range(2):
+        openai_server.enqueue(Reply.of_json({"answer": "red bike"}, logprobs=logprobs))
+    with LLMClient(llm_cfg(openai_server)) as llm:
+        assert answer_question(llm, TRAP, trap, mem.cfg.answer).text == trap_text
+        fair_text = answer_question(llm, FAIR, fair, mem.cfg.answer).text
+    assert len(openai_server.chat_requests) == asked
+    # a fair question's reply is judged by confidence only under "either"
+    confident = logprobs is not RED_BIKE
+    assert fair_text == ("red bike" if mode == "and_confidence" or confident else ABSTAIN_TEXT)
+    mem.close()
+
+
+def test_under_both_signals_the_screen_sees_the_threshold_only_where_retrieval_doubted():
+    from memsys.answer.generate import reader_request
+    from memsys.config import load_memory_config
+    from memsys.retrieve.context import Context
+
+    cfg = replace_answer(load_memory_config("omni").answer, abstain="and_confidence")
+    sure, doubted = Context(query="q", items=[], budget_tokens=100), Context(query="q", items=[], budget_tokens=100,
+                                                                            doubt="another speaker matches better")
+    assert "abstain_logprob" not in reader_request("q", sure, cfg)
+    assert reader_request("q", doubted, cfg)["abstain_logprob"] == -1.0

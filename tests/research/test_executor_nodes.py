@@ -47,7 +47,7 @@ from memsys.errors import MemsysError
 from memsys.llm import LLMClient
 req = json.load(open(sys.argv[1]))
 out = open(req["out_dir"] + "/answers.jsonl", "w")
-cfg = LLMConfig(backend="openai", model="any", api_key_env="MEMSYS_NO_KEY", max_retries=0, cache=False, timeout_s=60)
+cfg = LLMConfig(backend="openai", model="any", api_key_env="MEMSYS_NO_KEY", max_retries=0, cache=False, timeout_s=300)  # the first call may wait for the node to load its model
 try:
     with LLMClient(cfg) as llm:
         for i in range(req["calls"]):

@@ -19,11 +19,15 @@ def test_named_and_presets_parse_the_command_line_and_reject_a_bare_name():
         named("omni")
 
 
-def test_read_run_reads_a_finished_run_and_names_an_unfinished_one(tmp_path):
+def test_read_run_reads_a_finished_run_and_names_an_unfinished_or_damaged_one(tmp_path):
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "predictions.jsonl").write_text(json.dumps({"question_id": "q1"}) + "\n")
     run_dir, rows = read_run(str(tmp_path / "done"))
     assert run_dir == tmp_path / "done" and rows == [{"question_id": "q1"}]
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "predictions.jsonl").write_text('{"question_id": "q1"}\n{"question_id": "q')
+    with pytest.raises(SystemExit, match=r"predictions.jsonl:2: not a JSON row .*damaged"):
+        read_run(str(tmp_path / "torn"))
     (tmp_path / "killed").mkdir()
     with pytest.raises(SystemExit, match="killed: no predictions.jsonl"):
         read_run(str(tmp_path / "killed"))
