@@ -164,8 +164,7 @@ def _resolve_one(m: re.Match, today: date) -> tuple[tuple[datetime, datetime], s
     if m["season"]:
         return _season_span(today, m["sdir"].lower(), m["season"].lower()), "season"
     if m["dir"]:
-        unit = m["unit"].lower()
-        return _directed_span(today, m["dir"].lower(), _WEEKDAY_SHORT.get(unit, unit))
+        return _directed_span(today, m["dir"].lower(), mention_key(m["unit"]))
     if m["innum"]:
         lo, hi = _amount(m["innum"])
         return _vague_offset(today, m["inunit"].lower(), lo, hi, 1)

@@ -43,5 +43,9 @@ def resolve_answer_times(answer: str, items: Sequence[ContextItem]) -> str:
     bare = _FILLER.sub("", answer.strip().rstrip(".!").strip())
     if len(found) == 1 and bare.lower() == found[0].group(0).lower():
         return known.get(mention_key(bare), answer)
-    return RELATIVE_RE.sub(lambda x: f"{x.group(0)} ({known[mention_key(x.group(0))]})"
-                           if mention_key(x.group(0)) in known else x.group(0), answer)
+
+    def dated(x: re.Match) -> str:
+        said = known.get(mention_key(x.group(0)))
+        return x.group(0) if said is None else f"{x.group(0)} ({said})"
+
+    return RELATIVE_RE.sub(dated, answer)

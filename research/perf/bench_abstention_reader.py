@@ -44,9 +44,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.perf.output import write_result
+from research.perf.output import command, write_result
 from research.perf.reader_runs import abstained as abstained_row
-from research.perf.reader_runs import command, format_paired, mean4, named, paired, read_run
+from research.perf.reader_runs import format_paired, mean4, named, paired, read_run
 from research.stats import per_question
 
 MARGINS = (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2)

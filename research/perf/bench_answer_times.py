@@ -32,8 +32,8 @@ from tqdm import tqdm
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.perf.output import write_result
-from research.perf.reader_runs import abstained, command, format_paired, mean4, named, paired, presets, read_run
+from research.perf.output import command, write_result
+from research.perf.reader_runs import abstained, format_paired, mean4, named, paired, presets, read_run
 from research.stats import per_question
 
 OBJECTIVES = ("f1_cat1_4", "all_honest")

@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from harness.paths import REPO_ROOT, runs_dir
 from research.diagnosis import read_rows
-from research.perf.output import write_result
+from research.perf.output import command, write_result
 from research.stats import paired_test, per_question
 
 DEFAULT_VARIANTS = "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"
@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summaries[v.name] = {"run_id": run_dir.name, "preset": v.preset, "overrides": list(v.overrides),
                              **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()))}
     result = {
-        "command": "python -m research.perf.bench_reader " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command("research.perf.bench_reader", argv),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
         "common_overrides": common, "reference": args.reference, "variants": summaries,
         "paired": compare(rows, args.reference),

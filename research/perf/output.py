@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from harness.atomic import atomic_write_json, atomic_write_text
 
@@ -15,3 +16,8 @@ def write_result(out: Path, result: dict[str, Any], table: str) -> None:
     atomic_write_text(out.with_suffix(".md"), table + "\n")
     print(table)
     print(f"wrote {out}")
+
+
+def command(module: str, argv: Sequence[str] | None) -> str:
+    """The command line that made a result, for its JSON: a figure without it cannot be re-measured."""
+    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)

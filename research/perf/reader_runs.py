@@ -10,10 +10,9 @@ share live here so both read runs, mark abstentions and report the paired test t
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from statistics import mean
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
@@ -79,6 +78,3 @@ def format_paired(d: Mapping[str, Any] | None) -> str:
     return f"{d['delta']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] p={d['p_better']:.3f}" if d else "-"
 
 
-def command(module: str, argv: Sequence[str] | None) -> str:
-    """The command line that made a result, for its JSON."""
-    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
