@@ -15,7 +15,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ingest", help="ingest a LoCoMo-format JSON or a JSONL of turns into a store")
     p.add_argument("file", type=Path)
     p.add_argument("--conversation", help="only this LoCoMo sample_id (e.g. conv-26)")
-    p.add_argument("--append", action="store_true", help="add to an existing store")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--append", action="store_true", help="add new turns to an existing store")
+    mode.add_argument("--resume", action="store_true",
+                      help="finish an ingest of this same input that was stopped: what it stored is skipped")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("search", help="query a store and print ranked items with level and score")
@@ -70,6 +73,7 @@ def _cfg(overrides: Sequence[str]):
 def cmd_ingest(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from memsys.errors import InputError
     from memsys.ingest.readers import read_jsonl_turns, read_locomo_turns
     from memsys.memory import Memory
 
@@ -81,12 +85,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         per_conv = read_locomo_turns(args.file, args.conversation)
         turns = [t for ts in per_conv.values() for t in ts]
-    mem = Memory.open(store, mcfg) if args.append else Memory.create(store, mcfg)
+    exists = store.is_dir() and any(store.iterdir())
+    if exists and not (args.append or args.resume):
+        raise InputError(f"{store} already holds a store: --append adds new turns to it, --resume finishes an "
+                         "ingest of this input that was stopped")
+    # --resume of an ingest killed before its store existed starts it; --append needs the store
+    mem = Memory.open(store, mcfg) if exists or args.append else Memory.create(store, mcfg)
     with mem:
-        report = mem.add(turns, progress=True)
+        report = mem.add(turns, progress=True, resume=args.resume)
+    skipped = f", {report.resumed_after} already processed by the stopped ingest" if args.resume else ""
     console.print(
         f"[bold]{store}[/]: {report.accepted} MAUs stored ({report.uncertain} uncertain), "
-        f"{report.rejected} rejected as redundant, {len(turns)} turns read"
+        f"{report.rejected} rejected as redundant, {len(turns)} turns read{skipped}"
     )
     return 0
 

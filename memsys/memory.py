@@ -129,8 +129,12 @@ class Memory:
 
     # ------------------------------------------------------------------ ingestion
     def add(self, turns: Iterable[Turn] | Turn, *, batch_size: int = 256, progress: bool = False,
-            llm: Any = None) -> IngestReport:
+            llm: Any = None, resume: bool = False) -> IngestReport:
         """Gate, embed and store turns. Each batch is one transaction: a crash loses at most one batch.
+
+        ``resume``: ``turns`` is the input of an earlier ``add`` that was stopped (a killed process);
+        the input up to its last stored turn is skipped and the rest is added as the stopped call
+        would have added it (see ``processed_prefix``).
 
         With ``ingest.compression.enabled`` the accepted turns are also rewritten by
         ``llm`` into restatement MAUs (the raw turns stay stored next to them).
@@ -140,21 +144,30 @@ class Memory:
         if isinstance(turns, Turn):
             turns = [turns]
         turns = list(turns)
-        seen: set[str] = set()
         for i, t in enumerate(turns):
             validate_turn(t, where=f"input #{i}: ")
-            if t.id in seen or t.id in self.store.positions:
-                raise DuplicateIdError(f"duplicate turn id {t.id!r} (input #{i}); ids must be unique in a store")
+        done = self.processed_prefix(turns) if resume else 0
+        if done and self.cfg.ingest.compression.enabled:
+            raise ConfigError("an ingest with compression cannot resume half-way (its restatements are written "
+                              "after the last turn): ingest into a new store")
+        seen: set[str] = set()
+        for i, t in enumerate(turns):
+            if t.id in seen or (i >= done and t.id in self.store.positions):
+                hint = "" if resume else " (finishing a stopped ingest of this input? resume=True skips what it stored)"
+                raise DuplicateIdError(f"duplicate turn id {t.id!r} (input #{i}); ids must be unique in a store{hint}")
             seen.add(t.id)
-        report = IngestReport()
+        report = IngestReport(resumed_after=done)
         bar = None
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(turns), unit="turn", desc="ingest")
+            bar = tqdm(total=len(turns), initial=done, unit="turn", desc="ingest")
         with self._lock:
-            context = neighbour_context(turns, self.cfg.ingest.index_text.neighbors, turn_text, self._earlier_turns)
-            for start in range(0, len(turns), batch_size):
+            # over the whole input, resumed or not: a turn's neighbours are the ones the stopped call saw
+            skip = frozenset(t.id for t in turns[:done])
+            context = neighbour_context(turns, self.cfg.ingest.index_text.neighbors, turn_text,
+                                        lambda session_id: self._earlier_turns(session_id, skip))
+            for start in range(done, len(turns), batch_size):
                 batch = turns[start : start + batch_size]
                 stored_next: dict[str, str] = {}
                 maus = build_text_maus(batch, self.cfg.ingest, self._gate, self.store.cold, report,
@@ -179,16 +192,33 @@ class Memory:
             bar.close()
         return report
 
-    def _earlier_turns(self, session_id: str) -> list[tuple[str | None, str]]:
+    def processed_prefix(self, turns: Sequence[Turn]) -> int:
+        """How much of ``turns`` a stopped ``add`` of the same input got through: the position after the
+        last of them that is stored. Batches commit whole and in order, so every turn before it was either
+        stored or rejected by the novelty gate, and every turn after it is new. A stored turn whose
+        speaker, time or text differ from the input's means this is not that input: refused in one line."""
+        stored = [i for i, t in enumerate(turns) if t.id in self.store.positions]
+        if not stored:
+            return 0
+        for i in stored:
+            t, m = turns[i], self.store.get(turns[i].id)
+            if (m.speaker, m.timestamp, m.details.get("text")) != (t.speaker, t.timestamp, turn_text(t)):
+                raise DuplicateIdError(f"turn {t.id!r} (input #{i}) is stored with other content: this store was "
+                                       "not written from this input, so there is nothing to resume")
+        return stored[-1] + 1
+
+    def _earlier_turns(self, session_id: str, skip: frozenset[str] = frozenset()) -> list[tuple[str | None, str]]:
         """(speaker, text) of the session's last stored turns, oldest first (as many as the
-        neighbour context asks), following the PREV links back from its last MAU."""
+        neighbour context asks), following the PREV links back from its last MAU. Turns in ``skip``
+        (the part of a resumed input already stored) are passed over: they came after these."""
         out: list[tuple[str | None, str]] = []
         mau_id = self._last_in_session.get(session_id)
         while mau_id is not None and len(out) < self.cfg.ingest.index_text.neighbors:
             if mau_id not in self.store.positions:
                 break
             m = self.store.get(mau_id)
-            out.append((m.speaker, m.full_text))
+            if m.id not in skip:
+                out.append((m.speaker, m.full_text))
             mau_id = next((link.target for link in m.links if link.kind == LinkKind.PREV), None)
         return out[::-1]
 

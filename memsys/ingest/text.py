@@ -22,6 +22,7 @@ class IngestReport:
     accepted: int = 0
     uncertain: int = 0
     rejected: int = 0
+    resumed_after: int = 0  # input turns an earlier, stopped ingest of the same input had already processed
     decisions: dict[str, IngestDecision] = field(default_factory=dict)
     compression: Any = None  # memsys.ingest.compress.CompressionReport when compression ran
 
