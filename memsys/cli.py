@@ -76,6 +76,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from memsys.errors import InputError
     from memsys.ingest.readers import read_jsonl_turns, read_locomo_turns
     from memsys.memory import Memory
+    from memsys.store.store import half_created
 
     console = Console()
     cfg, mcfg = _cfg(args.overrides)
@@ -85,7 +86,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         per_conv = read_locomo_turns(args.file, args.conversation)
         turns = [t for ts in per_conv.values() for t in ts]
-    exists = store.is_dir() and any(store.iterdir())
+    # a store whose creation was stopped holds nothing: any ingest creates it again (MemoryStore.create)
+    exists = store.is_dir() and any(store.iterdir()) and not half_created(store)
     if exists and not (args.append or args.resume):
         raise InputError(f"{store} already holds a store: --append adds new turns to it, --resume finishes an "
                          "ingest of this input that was stopped")

@@ -224,6 +224,10 @@ class AnswerConfig:
                                 choices=("speaker", "subject"))
     abstain_logprob: float = lever(-1.0, "Abstain when the answer's mean token log-probability is below this",
                                    low=-4.0, high=0.0, step=0.1)
+    # after the reply, independent of ``abstain``: the answer's words name whose statement it came from
+    # (memsys/answer/attribution.py), which the 1.5B reader's confidence does not
+    abstain_attribution: bool = lever(False, "Abstain when the answer's words are in a statement about another "
+                                      "speaker, not the one the question names")
     # ask the reader for token log-probabilities and record the answer's (calibrating abstain=confidence
     # offline: the decision comes after the reply, so one recorded run gives every threshold's result)
     record_logprobs: bool = False

@@ -112,6 +112,8 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     "answer.type_hints": ("always (a prompt line); reader-only, so dead for a reader-free objective", lambda c: True),
     "answer.resolve_times": ("always (rewrites the reply); reader-only, so dead for a reader-free objective",
                              lambda c: True),
+    "answer.abstain_attribution": ("always (checks the reply); reader-only, so dead for a reader-free objective",
+                                   lambda c: True),
     "answer.graph_facts_style": ("graph facts shown (graph.enabled, include_graph_facts, max_facts > 0)", facts_shown),
 }
 

@@ -9,7 +9,11 @@ mean F1 (``--reader-f1``, default 0.461: omni's category 1-4 F1 in issue #14) â€
 to be checked with the reader (docs/figures.md says which).
 
 ``--signal`` picks the margin (``answer.abstain_signal``): ``speaker`` (who said the best turn) or
-``subject`` (whom the best statement is about).
+``subject`` (whom the best statement is about). ``attribution`` is the check made after the reply
+(``answer.abstain_attribution``, memsys/answer/attribution.py), fed the answer a reader would give if
+it answered from the evidence: the gold one for categories 1-4 (how often a right answer is dropped)
+and LoCoMo's trap answer for category 5 (how often a reader that falls for the trap is caught). It
+needs no reader, so it also runs on the held-out test split; its rule acts at margin 0.
 
 The signal's own cost is reported too (``signal_ms``: mean, p50, p95 per question), because ``omni``
 pays it on every retrieval: the subject margin embeds each candidate's statements. The embedding
@@ -42,17 +46,28 @@ from memsys.retrieve.support import SIGNALS
 THRESHOLDS = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3)
 
 
+def stand_in(q: Any) -> str:
+    """The answer a reader would give if it answered from the evidence: the gold one, or for category 5
+    the trap answer the question leads to (LoCoMo's ``adversarial_answer``)."""
+    return (q.adversarial_answer or "") if q.category == "5" else q.answer
+
+
 def margins(split: str, preset: str, overrides: Sequence[str], signal: str = "subject",
             seconds: list[float] | None = None) -> list[tuple[str, str, float | None]]:
     """(question id, category, margin) for every question of the split; each margin's wall time is
-    appended to ``seconds`` when given."""
-    margin_of = SIGNALS[signal].margin
+    appended to ``seconds`` when given. ``attribution`` judges the stand-in answer (``stand_in``) in the
+    preset's context, as ``answer.abstain_attribution`` judges the reader's."""
+    from memsys.answer.attribution import answer_margin
+
     out: list[tuple[str, str, float | None]] = []
     for conv, mem in split_memories(split, preset, [*overrides, "memory.answer.abstain=off"]):
         for q in tqdm(conv.questions, desc=conv.id, unit="q"):
             r = mem.retrieve(q.question)
             t0 = time.perf_counter()
-            margin = margin_of(q.question, r.candidates, mem.retriever.speakers, mem.embedder.embed)
+            if signal == "attribution":
+                margin = answer_margin(q.question, stand_in(q), r.context.items, r.context.speakers)
+            else:
+                margin = SIGNALS[signal].margin(q.question, r.candidates, mem.retriever.speakers, mem.embedder.embed)
             if seconds is not None:
                 seconds.append(time.perf_counter() - t0)
             out.append((q.id, q.category, margin))
@@ -76,7 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--split", default="dev")
     p.add_argument("--preset", default="omni")
-    p.add_argument("--signal", choices=sorted(SIGNALS), default="subject")
+    p.add_argument("--signal", choices=[*sorted(SIGNALS), "attribution"], default="subject",
+                   help="attribution: the answer-side check, with the gold answer (categories 1-4) or the "
+                        "trap answer (category 5) standing in for the reader's")
     p.add_argument("--reader-f1", type=float, default=0.461)
     p.add_argument("--out", default=str(runs_dir() / "bench" / "abstention.json"))
     p.add_argument("--warm-cache", action="store_true", help="keep the shared embedding cache (default: a fresh one)")

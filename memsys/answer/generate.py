@@ -17,6 +17,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from memsys.answer.attribution import attributed_elsewhere
 from memsys.answer.hints import type_hint
 from memsys.answer.times import resolutions, resolve_answer_times
 from memsys.config import AnswerConfig
@@ -56,6 +57,7 @@ class Answer:
     raw_reply: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
     answer_logprobs: list[float] | None = None  # log-probability of each token of the answer (when asked for)
+    abstain_reason: str | None = None  # why a reply was replaced by the abstention text after it came
 
 
 @functools.lru_cache(maxsize=32)
@@ -144,6 +146,8 @@ def reader_request(question: str, context: Context, cfg: AnswerConfig) -> dict[s
         request["abstain_logprob"] = float(cfg.abstain_logprob)
     if cfg.resolve_times:  # the reply's relative times are rewritten from these memories
         request["resolve_times"] = resolutions(context.items)
+    if cfg.abstain_attribution:  # the reply may be dropped for whose statement it came from
+        request["abstain_attribution"] = sorted(context.speakers)
     return request
 
 
@@ -220,6 +224,10 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
             text = ABSTAIN_TEXT
     if cfg.resolve_times and text != ABSTAIN_TEXT:
         text = resolve_answer_times(text, context.items)
+    reason = None
+    if cfg.abstain_attribution and text != ABSTAIN_TEXT:  # judged on the answer as it will be scored
+        if reason := attributed_elsewhere(question, text, context.items, context.speakers):
+            text = ABSTAIN_TEXT
     return Answer(
         question=question,
         text=text.strip(),
@@ -232,4 +240,5 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         cached=reply.cached,
         raw_reply=reply.text,
         answer_logprobs=logprobs,
+        abstain_reason=reason,
     )

@@ -72,6 +72,9 @@ class Context:
     # set when retrieval doubts it but leaves the decision to the reader's confidence
     # (answer.abstain=and_confidence): the context is kept
     doubt: str | None = None
+    # the store's speakers, for checks made after the reply (answer.abstain_attribution): a context built
+    # by hand, or from a store without speakers, leaves it empty and those checks do not act
+    speakers: frozenset[str] = frozenset()
 
     @property
     def total_tokens(self) -> int:

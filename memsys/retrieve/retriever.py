@@ -185,6 +185,7 @@ class Retriever:
             fact_tokens = count_tokens("\n".join(facts)) if facts else 0
         ctx = build_pyramid(query, cands, pcfg, self.cfg.answer, count_tokens, self.load_raw,
                             reserved_tokens=fact_tokens)
+        ctx.speakers = frozenset(self.speakers)
         if self.cfg.answer.include_graph_facts:
             if facts and self.cfg.answer.graph_facts_style == "compact":
                 # the reservation above stays the line form's, so the memories chosen do not depend on

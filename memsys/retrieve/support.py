@@ -59,7 +59,7 @@ def _best_own_minus_other(query: str, pairs: Sequence[tuple[str, str | None]], n
     return None if no_own is None else no_own - max(other)
 
 
-def _one_named(query: str, speakers: set[str]) -> set[str] | None:
+def one_named(query: str, speakers: set[str]) -> set[str] | None:
     """The speakers the query names, when it names some but not all of them: else no margin applies."""
     named = named_speakers(query, speakers)
     return named if named and not named >= speakers else None
@@ -69,7 +69,7 @@ def speaker_margin(query: str, cands: Sequence[RankedCandidate], speakers: set[s
                    embed: Callable[[list[str]], np.ndarray]) -> float | None:
     """Best content similarity of the named speaker's candidates minus everyone else's; None when the
     query names no speaker, or all of them, or one side has no candidate."""
-    named = _one_named(query, speakers)
+    named = one_named(query, speakers)
     if named is None:
         return None
     return _best_own_minus_other(query, [(c.mau.summary, c.mau.speaker) for c in cands], named, speakers, embed,
@@ -108,7 +108,7 @@ def subject_margin(query: str, cands: Sequence[RankedCandidate], speakers: set[s
     else; None when the query names no speaker or all of them, or no statement is about anyone else.
     With no statement about the named speaker at all, their best counts as -1 (the least a cosine can
     be): memory holds nothing of theirs."""
-    named = _one_named(query, speakers)
+    named = one_named(query, speakers)
     if named is None:
         return None
     pairs = [(s, subject_of(s, c.mau.speaker, speakers)) for c in cands for s in statements(c.mau.full_text)]

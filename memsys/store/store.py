@@ -39,7 +39,7 @@ from memsys.ingest.index_text import LEGACY_INDEX_TEXT
 from memsys.records import MAU, Status
 from memsys.store.atomic import atomic_write_json, sha256_file
 from memsys.store.cold import ColdStore
-from memsys.store.files import MANIFEST, STORE_FORMAT, STORE_VERSION, read_manifest
+from memsys.store.files import MANIFEST, STORE_FORMAT, STORE_VERSION, connect_read_only, read_manifest
 from memsys.store.hot import HOT, QUICK_CHECK_MAX_BYTES, UPSERT_SCOPE, HotTier, encodable_record, scope_row, scope_rows
 from memsys.store.indexes import DENSE, SPARSE, TANTIVY, indexed_text, load_dense, open_tantivy, sparse_text, write_dense
 from memsys.store.lazy import LazyMAUs, LazyPositions
@@ -49,6 +49,30 @@ __all__ = ["MemoryStore", "STORE_FORMAT", "STORE_VERSION", "HOT", "DENSE", "SPAR
 
 log = logging.getLogger(__name__)
 
+
+
+def half_created(path: Path) -> bool:
+    """Whether ``path`` is what a stopped ``create`` leaves: no manifest, nothing but the hot tier's
+    files, and no MAU in them. The manifest is written last and nothing is added before it exists, so
+    such a folder holds no data, and creating the store again loses nothing. A hot tier that holds
+    MAUs, or that SQLite cannot read, is not this: it is left for the user to look at."""
+    if not path.is_dir() or (path / MANIFEST).exists():
+        return False
+    files = {f.name for f in path.iterdir()}
+    if not files or not files <= {HOT, HOT + "-journal", HOT + "-wal", HOT + "-shm"} or HOT not in files:
+        return False
+    try:
+        conn = connect_read_only(path / HOT)
+    except sqlite3.DatabaseError:
+        return False
+    try:
+        return conn.execute("SELECT COUNT(*) FROM maus").fetchone()[0] == 0
+    except sqlite3.OperationalError as exc:  # stopped before the schema was written
+        return "no such table" in str(exc)
+    except sqlite3.DatabaseError:
+        return False
+    finally:
+        conn.close()
 
 class MemoryStore:
     """Hot + cold tiers and indices of one memory. Use :meth:`create` or :meth:`open`."""
@@ -93,7 +117,10 @@ class MemoryStore:
         index: IndexConfig | None = None,
     ) -> "MemoryStore":
         path = Path(path)
-        if path.exists() and any(path.iterdir()):
+        if half_created(path):  # a create stopped before its manifest: nothing was ever added, start again
+            for f in path.iterdir():
+                f.unlink()
+        elif path.exists() and any(path.iterdir()):
             raise StoreError(f"cannot create store: {path} exists and is not empty (open it instead)")
         path.mkdir(parents=True, exist_ok=True)
         manifest = {
@@ -118,6 +145,9 @@ class MemoryStore:
     @classmethod
     def open(cls, path: str | Path, *, read_only: bool = False) -> "MemoryStore":
         path = Path(path)
+        if half_created(path):
+            raise StoreCorruptError(f"{path}: its creation was stopped before it held anything: create it again "
+                                    "(rerun the ingest)")
         manifest = read_manifest(path)
         hot, count = HotTier.open(path, read_only)
         store = cls(path, manifest, hot, read_only)

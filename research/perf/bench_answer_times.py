@@ -5,8 +5,11 @@ reader was given. So a reader run made without it gives its figure with it at no
 each question's context with the run's preset, check it is the one the run gave the reader (the ids the
 run recorded), rewrite the run's own answer, and score it with the scorer. Retrieval abstention composes
 the same way (it decides before the reader is asked): where the rebuilt context abstains, the answer is
-the abstention text. So ``--presets omni=omni`` on a run made with ``answer.abstain=off`` gives the
-shipped ``omni``'s figure. Each run is compared with the composed run on the same questions with the
+the abstention text. The answer attribution check (``answer.abstain_attribution``,
+memsys/answer/attribution.py) also acts after the reply, from the answer and that context, so it
+composes too: where it finds the answer is another speaker's, the row becomes the abstention text (the
+reader was asked: its context stays). So ``--presets omni=omni`` on a run made with ``answer.abstain=off``
+gives the shipped ``omni``'s figure, with or without the two levers on in the run. Each run is compared with the composed run on the same questions with the
 loop's paired test (research.stats).
 
 Usage::
@@ -51,12 +54,18 @@ def contexts(split: str, preset: str, overrides: Sequence[str], question_ids: se
     return out
 
 
-def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The run's rows with each answer rewritten as ``answer.resolve_times`` would; and what changed."""
+def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score
+            ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The run's rows with each answer rewritten as ``answer.resolve_times`` would, then dropped where
+    ``answer.abstain_attribution`` (when the preset has it) finds it is another speaker's; the rewritten
+    answers; the dropped ones."""
+    from memsys.answer.attribution import attributed_elsewhere
     from memsys.answer.times import resolve_answer_times
     from memsys.predict import reader_input_digest
 
-    out, changed = [], []
+    out: list[dict[str, Any]] = []
+    changed: list[dict[str, Any]] = []
+    attributed: list[dict[str, Any]] = []
     for row in rows:
         qid = str(row["question_id"])
         question, ctx, cfg = ctxs[qid]
@@ -71,23 +80,30 @@ def rewrite(rows: Sequence[Mapping[str, Any]], ctxs: Mapping[str, Any], score) -
             raise SystemExit(f"{qid}: the rebuilt context differs from the run's ({len(ids)} vs "
                              f"{len(row['context_ids'])} items): wrong preset or overrides?")
         # the run's reader was sent exactly these messages (same hash as memsys.predict records), so the
-        # run's answer is this context's answer; a run made with the rewrite on already holds its result
-        asked = {on: reader_input_digest(question, ctx, replace(cfg, answer=replace(cfg.answer, resolve_times=on)))
-                 for on in (False, True)}
+        # run's answer is this context's answer; a run made with a post-reply lever on already holds its result
+        asked = {(times, attribution): reader_input_digest(question, ctx, replace(cfg, answer=replace(
+                    cfg.answer, resolve_times=times, abstain_attribution=attribution)))
+                 for times in (False, True) for attribution in (False, True)}
         recorded = row.get("input_sha256")
+        made_with = next((levers for levers, digest in asked.items() if digest == recorded), (False, False))
         if recorded and recorded not in asked.values():
             raise SystemExit(f"{qid}: the rebuilt reader input differs from the run's (same memories, other "
                              "text or prompt): the run was made by other code or config")
         pred = str(row.get("prediction") or "")
-        done = recorded == asked[True]
-        new = resolve_answer_times(pred, ctx.items) if not (row.get("error") or done) else pred
+        new = resolve_answer_times(pred, ctx.items) if not (row.get("error") or made_with[0]) else pred
         if new != pred:
             scores = score(qid, new)
             changed.append({"question_id": qid, "category": str(row.get("category")), "before": pred, "after": new,
                             "f1_before": row["scores"]["f1"], "f1_after": scores["f1"]})
             row = {**row, "prediction": new, "scores": scores}
+        if cfg.answer.abstain_attribution and not (row.get("error") or made_with[1]) and new != ABSTAIN_TEXT \
+                and (reason := attributed_elsewhere(question, new, ctx.items, ctx.speakers)):
+            # the reader was asked and saw the context: only the answer changes
+            attributed.append({"question_id": qid, "category": str(row.get("category")), "answer": new,
+                               "f1_before": row["scores"]["f1"], "reason": reason})
+            row = {**row, "prediction": ABSTAIN_TEXT, "scores": score(qid, ABSTAIN_TEXT), "abstained": True}
         out.append(dict(row))
-    return out, changed
+    return out, changed, attributed
 
 
 def figures(rows: Sequence[Mapping[str, Any]], base: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -158,9 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         preset, overrides = run_presets.get(name, (name, []))
         ctxs = contexts(args.split, preset, [*overrides, "memory.answer.resolve_times=true"],
                         {str(r["question_id"]) for r in rows})
-        new_rows, changed = rewrite(rows, ctxs, score)
+        new_rows, changed, attributed = rewrite(rows, ctxs, score)
         out_runs[name] = {"run_id": run_dir.name, "preset": preset, "overrides": overrides, "n": len(rows),
-                          "figures": figures(new_rows, rows), "changed": changed}
+                          "figures": figures(new_rows, rows), "changed": changed, "attributed": attributed}
         if ref_rows is not None:
             out_runs[name]["against"] = against(new_rows, ref_rows)
     result = {"command": command("research.perf.bench_answer_times", argv),

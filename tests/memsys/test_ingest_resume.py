@@ -126,3 +126,57 @@ def test_resume_with_compression_is_refused_before_anything_is_written(tmp_path,
         with pytest.raises(ConfigError, match="cannot resume half-way"):
             mem.add(turns, resume=True, llm=object())
         assert len(mem) == 2
+
+
+def _jsonl(path, turns: list[Turn]) -> None:
+    import json
+
+    path.write_text("".join(json.dumps({"id": t.id, "speaker": t.speaker, "text": t.text,
+                                        "timestamp": t.timestamp.isoformat(), "session_id": t.session_id}) + "\n"
+                            for t in turns), encoding="utf-8")
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_an_ingest_killed_while_creating_its_store_starts_again(resume, tmp_path, embedder):
+    from memsys.errors import StoreCorruptError
+    from memsys.store.hot import HotTier
+    from memsys.store.store import half_created
+
+    turns, data, store = _turns(4), tmp_path / "turns.jsonl", tmp_path / "s"
+    _jsonl(data, turns)
+    store.mkdir()
+    HotTier.create(store, "memsys-store/1").close()  # what create writes before its manifest: the kill came here
+    assert half_created(store)
+    with pytest.raises(StoreCorruptError, match="creation was stopped before it held anything") as info:
+        Memory.open(store)
+    assert "\n" not in str(info.value)
+    ns = argparse.Namespace(file=data, conversation=None, append=False, resume=resume, overrides=[f"store={store}",
+                                                                                                   "memory=naive"])
+    assert cmd_ingest(ns) == 0
+    with Memory.open(store, read_only=True) as mem:
+        assert [m.id for m in mem.store.maus] == [t.id for t in turns]
+
+
+def test_a_folder_with_memories_but_no_manifest_is_never_cleared(tmp_path, embedder):
+    from memsys.errors import StoreError
+    from memsys.store.store import half_created
+
+    turns = _turns(4)
+    with Memory.create(tmp_path / "s", "naive") as mem:
+        mem.add(turns)
+    (tmp_path / "s" / "manifest.json").unlink()  # damage: the rows must survive it
+    for f in list((tmp_path / "s").iterdir()):
+        if f.name != "hot.sqlite":
+            if f.is_dir():
+                import shutil
+
+                shutil.rmtree(f)
+            else:
+                f.unlink()
+    assert not half_created(tmp_path / "s")
+    with pytest.raises(StoreError, match="exists and is not empty"):
+        Memory.create(tmp_path / "s", "naive")
+    assert _rows(tmp_path / "s") == 4
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "notes.txt").write_text("mine")  # a user's folder: not ours to clear
+    assert not half_created(tmp_path / "t")

@@ -59,12 +59,14 @@ def rows_of(ctxs: dict, answers: dict[str, str], resolved: bool = False) -> list
 
 
 ANSWERS = {"c:q1": "Yesterday", "c:q2": "a bowl", "c:q3": "mental health"}
+#: the runs composed onto: no abstention of either kind (``omni`` ships the attribution check on)
+PLAIN = ("memory.answer.abstain=off", "memory.answer.abstain_attribution=false", "memory.answer.resolve_times=true")
 
 
 def test_a_relative_answer_is_rewritten_from_the_context_and_rescored(contexts):
-    plain = contexts("memory.answer.abstain=off", "memory.answer.resolve_times=true")
+    plain = contexts(*PLAIN)
     rows = rows_of(plain, ANSWERS)
-    new, changed = rewrite(rows, plain, score)
+    new, changed, _ = rewrite(rows, plain, score)
     assert [c["question_id"] for c in changed] == ["c:q1"] and changed[0]["after"] == "5 July 2023"
     assert changed[0]["f1_before"] == 0.0 and changed[0]["f1_after"] == 1.0
     assert new[1] == rows[1] and rows[0]["prediction"] == "Yesterday"  # untouched rows kept; no change in place
@@ -77,10 +79,11 @@ def test_a_relative_answer_is_rewritten_from_the_context_and_rescored(contexts):
 
 
 def test_retrieval_abstention_composes_and_a_different_context_stops_the_bench(contexts):
-    plain = contexts("memory.answer.abstain=off", "memory.answer.resolve_times=true")
-    shipped = contexts("memory.answer.abstain=retrieval", "memory.answer.resolve_times=true")
+    plain = contexts(*PLAIN)
+    shipped = contexts("memory.answer.abstain=retrieval", "memory.answer.abstain_attribution=false",
+                       "memory.answer.resolve_times=true")
     assert shipped["c:q3"][1].abstain_reason and not shipped["c:q1"][1].abstain_reason
-    new, _ = rewrite(rows_of(plain, ANSWERS), shipped, score)
+    new, _, _ = rewrite(rows_of(plain, ANSWERS), shipped, score)
     by_id = {r["question_id"]: r for r in new}
     assert by_id["c:q3"]["prediction"] == ABSTAIN_TEXT and by_id["c:q3"]["scores"]["f1"] == 1.0
     assert figures(new, rows_of(plain, ANSWERS))["abstained"] == {"cat5": 1, "cat1_4": 0}
@@ -88,13 +91,33 @@ def test_retrieval_abstention_composes_and_a_different_context_stops_the_bench(c
     wrong[1]["context_ids"] = ["D1:3"]  # not what this preset gives the reader
     with pytest.raises(SystemExit, match="c:q2: the rebuilt context differs"):
         rewrite(wrong, plain, score)
-    hinted = contexts("memory.answer.abstain=off", "memory.answer.type_hints=true")  # same memories, other prompt
+    hinted = contexts(*PLAIN[:2], "memory.answer.type_hints=true")  # same memories, other prompt
     with pytest.raises(SystemExit, match="c:q1: the rebuilt reader input differs"):
         rewrite(rows_of(plain, ANSWERS), hinted, score)
 
 
 def test_a_run_made_with_the_rewrite_is_not_rewritten_twice(contexts):
-    plain = contexts("memory.answer.abstain=off", "memory.answer.resolve_times=true")
+    plain = contexts(*PLAIN)
     answers = {**ANSWERS, "c:q2": "a bowl yesterday (5 July 2023)"}  # as the run's own rewrite left it
-    new, changed = rewrite(rows_of(plain, answers, resolved=True), plain, score)
+    new, changed, _ = rewrite(rows_of(plain, answers, resolved=True), plain, score)
     assert changed == [] and new[1]["prediction"] == "a bowl yesterday (5 July 2023)"
+
+
+def test_attribution_drops_the_answer_taken_from_another_speakers_statement(contexts):
+    plain = contexts(*PLAIN)
+    checked = contexts("memory.answer.abstain=off", "memory.answer.resolve_times=true")  # omni's check on
+    rows = rows_of(plain, ANSWERS)
+    new, changed, attributed = rewrite(rows, checked, score)
+    # the trap's answer is in Caroline's race, the question names Melanie; "a bowl" is Melanie's own
+    assert [a["question_id"] for a in attributed] == ["c:q3"] and "another speaker" in attributed[0]["reason"]
+    by_id = {r["question_id"]: r for r in new}
+    assert by_id["c:q3"]["prediction"] == ABSTAIN_TEXT and by_id["c:q3"]["scores"]["f1"] == 1.0
+    assert by_id["c:q2"]["prediction"] == "a bowl" and by_id["c:q1"]["prediction"] == "5 July 2023"
+    assert by_id["c:q3"]["context_ids"] == rows[2]["context_ids"]  # the reader was asked: its context stays
+    assert figures(new, rows)["abstained"] == {"cat5": 1, "cat1_4": 0}
+    # a run made with the check on already holds its decisions: nothing is dropped twice
+    made = [{**r, "input_sha256": reader_input_digest(checked[r["question_id"]][0], checked[r["question_id"]][1],
+                                                       replace(checked[r["question_id"]][2], answer=replace(
+                                                           checked[r["question_id"]][2].answer, resolve_times=False)))}
+            for r in rows]
+    assert rewrite(made, checked, score)[2] == []

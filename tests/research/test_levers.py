@@ -452,8 +452,8 @@ DATA_BOUND = {
     ("answer.abstain", "retrieval"): "at the default signal and margin none of the six abstains (the subject signal "
                                      "abstains on 4% of dev's categories 1-4; the one category 5 question here keeps "
                                      "its context)",
-    ("answer.abstain", "off"): "in omni (abstain=retrieval) none of the six abstains at the default margin",
-    ("answer.abstain_margin", 0.3): "in omni none of the six abstains at 0.1, so a wider margin changes none either",
+    ("answer.abstain", "off"): "where abstain=retrieval, none of the six abstains at the default margin",
+    ("answer.abstain_margin", 0.3): "none of the six abstains at 0.1, so a wider margin changes none either",
     ("answer.abstain", "and_confidence"): "none of the six doubts at the default margin, and a question retrieval "
                                           "does not doubt is asked as under retrieval or off",
 }
