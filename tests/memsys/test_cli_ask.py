@@ -13,17 +13,23 @@ from tests.support.openai_server import Reply, openai_server  # noqa: F401  (fix
 TS = datetime(2023, 5, 8, 13, 56)
 
 
+def ask(tmp_path, server, turns: list[Turn], question: str, answer: str) -> None:
+    """``memsys ask`` over a fresh ``omni`` store of ``turns``, the reader replying ``answer`` (output: capsys)."""
+    store = tmp_path / "s"
+    with Memory.create(store, "omni") as mem:
+        mem.add(turns)
+    server.enqueue(Reply.of_json({"answer": answer}))
+    overrides = [f"store={store}", "llm=openai", f"llm.base_url={server.base_url}", "llm.model=test-model",
+                 "llm.api_key_env=MEMSYS_TEST_KEY", "llm.cache=false", "llm.max_retries=0"]
+    assert cmd_ask(argparse.Namespace(question=question, overrides=overrides)) == 0
+
+
 def test_ask_prints_the_readers_answer_and_the_context_lines_it_was_given(tmp_path, embedder, openai_server,
                                                                            monkeypatch, capsys):
     monkeypatch.setenv("MEMSYS_TEST_KEY", "sk-test")
-    store = tmp_path / "s"
-    with Memory.create(store, "omni") as mem:
-        mem.add([Turn("D1:1", "Caroline", "I went to a support group yesterday.", TS, "S1"),
-                 Turn("D1:2", "Melanie", "I painted a lake sunrise.", TS, "S1")])
-    openai_server.enqueue(Reply.of_json({"answer": "7 May 2023"}))
-    overrides = [f"store={store}", "llm=openai", f"llm.base_url={openai_server.base_url}", "llm.model=test-model",
-                 "llm.api_key_env=MEMSYS_TEST_KEY", "llm.cache=false", "llm.max_retries=0"]
-    assert cmd_ask(argparse.Namespace(question="When did Caroline go to the support group?", overrides=overrides)) == 0
+    ask(tmp_path, openai_server, [Turn("D1:1", "Caroline", "I went to a support group yesterday.", TS, "S1"),
+                                  Turn("D1:2", "Melanie", "I painted a lake sunrise.", TS, "S1")],
+        "When did Caroline go to the support group?", "7 May 2023")
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "7 May 2023"
     assert "1. [8 May 2023 13:56] Caroline: I went to a support group yesterday. (yesterday = 7 May 2023)" in out
@@ -35,14 +41,9 @@ def test_ask_says_why_it_answered_not_mentioned(tmp_path, embedder, openai_serve
     from memsys.answer.generate import ABSTAIN_TEXT
 
     monkeypatch.setenv("MEMSYS_TEST_KEY", "sk-test")
-    store = tmp_path / "s"
-    with Memory.create(store, "omni") as mem:
-        mem.add([Turn("D1:1", "Caroline", "I ran a charity race for mental health.", TS, "S1"),
-                 Turn("D1:2", "Melanie", "I made a pottery bowl.", TS, "S1")])
-    openai_server.enqueue(Reply.of_json({"answer": "mental health"}))
-    overrides = [f"store={store}", "llm=openai", f"llm.base_url={openai_server.base_url}", "llm.model=test-model",
-                 "llm.api_key_env=MEMSYS_TEST_KEY", "llm.cache=false", "llm.max_retries=0"]
-    assert cmd_ask(argparse.Namespace(question="What charity race did Melanie run?", overrides=overrides)) == 0
+    ask(tmp_path, openai_server, [Turn("D1:1", "Caroline", "I ran a charity race for mental health.", TS, "S1"),
+                                  Turn("D1:2", "Melanie", "I made a pottery bowl.", TS, "S1")],
+        "What charity race did Melanie run?", "mental health")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ABSTAIN_TEXT  # omni's attribution check: the answer is Caroline's
     assert lines[1].startswith("abstained after the reply '{\"answer\": \"mental health\"}'")
