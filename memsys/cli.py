@@ -143,8 +143,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
         context = mem.retrieve(args.question, scope=scope).context
         ans = answer_question(llm, args.question, context, mem.cfg.answer)
     console.print(f"[bold]{ans.text}[/]")
-    why = context.abstain_reason and f"abstained before asking the reader: {context.abstain_reason}" or \
-        ans.abstain_reason and f"abstained after the reply {ans.raw_reply!r}: {ans.abstain_reason}"
+    why = ""
+    if context.abstain_reason:
+        why = f"abstained before asking the reader: {context.abstain_reason}"
+    elif ans.abstain_reason:
+        why = f"abstained after the reply {ans.raw_reply!r}: {ans.abstain_reason}"
     if why:
         console.print(why, style="dim", markup=False, highlight=False, soft_wrap=True)
     console.print(f"[dim]{context.total_tokens} context tokens, {ans.prompt_tokens} prompt tokens, "

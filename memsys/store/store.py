@@ -50,7 +50,6 @@ __all__ = ["MemoryStore", "STORE_FORMAT", "STORE_VERSION", "HOT", "DENSE", "SPAR
 log = logging.getLogger(__name__)
 
 
-
 def half_created(path: Path) -> bool:
     """Whether ``path`` is what a stopped ``create`` leaves: no manifest, nothing but the hot tier's
     files, and no MAU in them. The manifest is written last and nothing is added before it exists, so
@@ -59,7 +58,7 @@ def half_created(path: Path) -> bool:
     if not path.is_dir() or (path / MANIFEST).exists():
         return False
     files = {f.name for f in path.iterdir()}
-    if not files or not files <= {HOT, HOT + "-journal", HOT + "-wal", HOT + "-shm"} or HOT not in files:
+    if HOT not in files or not files <= {HOT, HOT + "-journal", HOT + "-wal", HOT + "-shm"}:
         return False
     try:
         conn = connect_read_only(path / HOT)
