@@ -185,9 +185,28 @@ def pack(root: Path, names: tuple[str, ...]) -> bytes:
     return buf.getvalue()
 
 
-def _unpack(data: bytes, dest: Path) -> None:
+def unpack(data: bytes, dest: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        tar.extractall(dest, filter="data")  # no absolute names, no links out of dest, no devices
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
+            tar.extractall(dest, filter="data")  # no absolute names, no links out of dest, no devices
+        else:  # Debian 12's Python 3.11.2 has no extraction filters: check the same rules first
+            tar.extractall(dest, members=[_checked(m, dest) for m in tar.getmembers()])
+
+
+def _checked(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
+    """``member`` when extracting it stays inside ``dest`` (the rules of tarfile's "data" filter that a
+    packed tree can break: names and link targets outside ``dest``, device and fifo entries)."""
+    root = dest.resolve()
+    target = (root / member.name).resolve()
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise ValueError(f"tarball member {member.name!r} is not a file, folder or link")
+    if member.name.startswith("/") or not target.is_relative_to(root):
+        raise ValueError(f"tarball member {member.name!r} would land outside {dest}")
+    if member.issym() or member.islnk():
+        base = target.parent if member.issym() else root
+        if member.linkname.startswith("/") or not (base / member.linkname).resolve().is_relative_to(root):
+            raise ValueError(f"tarball link {member.name!r} -> {member.linkname!r} points outside {dest}")
+    return member
 
 
 def content_dir(content: Content, cache_root: Path) -> Path:
@@ -206,7 +225,7 @@ def materialize(content: Content, cache_root: Path) -> Path:
     staging = cache_root / "content" / f".{dest.name}.{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
-        _unpack(ray.get(content.bundle), staging)
+        unpack(ray.get(content.bundle), staging)
         got = content_digest(staging, content.names)
         if got != content.digest:
             raise ValueError(f"the shipped {content.kind} unpacked to digest {str(got)[:12]}, "

@@ -6,9 +6,11 @@ Real pieces: files on disk, this venv's interpreter and the system's (/usr/bin/p
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,10 @@ from research.node import (
     NodeNeeds,
     TaskRoots,
     content_digest,
+    pack,
     prepare_on_node,
     rebase_spec,
+    unpack,
 )
 from research.node_cache import prune
 from research.worker import UntrustedTask
@@ -64,6 +68,58 @@ def test_an_environment_is_equal_to_itself_and_another_interpreter_differs():
     assert "installed distributions differ" in differs
 
 
+def _tarball(*members: tuple[str, bytes, str]) -> bytes:
+    """A tarball of (type, name, link target or content) members, as a hostile tree could be packed."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for kind, name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                info.linkname = payload.decode()
+                tar.addfile(info)
+            else:
+                info.size = len(payload) if kind == tarfile.REGTYPE else 0
+                tar.addfile(info, io.BytesIO(payload) if kind == tarfile.REGTYPE else None)
+    return buf.getvalue()
+
+
+HOSTILE = {
+    "dot-dot name": [(tarfile.REGTYPE, "../outside", b"x")],
+    "link out": [(tarfile.SYMTYPE, "memsys/out", b"../../outside")],
+    "absolute link": [(tarfile.SYMTYPE, "memsys/etc", b"/etc/passwd")],
+    "hard link out": [(tarfile.LNKTYPE, "memsys/hard", b"../outside")],
+    "fifo": [(tarfile.FIFOTYPE, "memsys/pipe", b"")],
+}
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["data-filter", "no-filter"])
+def test_a_shipped_tree_unpacks_whole_and_a_hostile_tarball_is_refused(tmp_path, monkeypatch, filters):
+    """Debian 12's Python 3.11.2 has no tarfile extraction filters (a newcomer's venv built on it could not
+    ship a tree to a Ray node): without them the same rules are checked before anything is written."""
+    if filters and not hasattr(tarfile, "data_filter"):
+        pytest.skip("this Python has no tarfile extraction filters")
+    if not filters:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    tree = _tree(tmp_path / "tree")
+    (tree / "memsys" / "alias.py").symlink_to("a.py")
+    names = ("configs", "memsys")
+    unpack(pack(tree, names), tmp_path / "copy")
+    assert content_digest(tmp_path / "copy", names) == content_digest(tree, names)
+    assert (tmp_path / "copy" / "memsys" / "alias.py").readlink() == Path("a.py")
+    for case, members in HOSTILE.items():
+        dest = tmp_path / "dest" / case.replace(" ", "-")
+        with pytest.raises((ValueError, tarfile.TarError)):
+            unpack(_tarball((tarfile.DIRTYPE, "memsys", b""), *members), dest)
+        assert not (dest.parent / "outside").exists() and not (dest / "memsys" / "etc").exists(), case
+    absolute = _tarball((tarfile.REGTYPE, "/abs-outside", b"x"))
+    try:  # the data filter strips the leading '/', the fallback refuses the name: either way it stays inside
+        unpack(absolute, tmp_path / "abs")
+    except ValueError:
+        assert not filters
+    assert not Path("/abs-outside").exists()
+
+
 def _task(tmp: Path, python: str) -> tuple[UntrustedTask, NodeNeeds]:
     tree = _tree(tmp / "tree")
     work = tmp / "work"
@@ -88,7 +144,11 @@ def test_a_node_whose_environment_differs_fails_in_one_line_naming_it(tmp_path):
     task, needs = _task(tmp_path, "/usr/bin/python3")  # the driver expects this venv's interpreter
     fault = prepare_on_node(task, needs, "node-7 (hostB)")
     assert isinstance(fault, NodeFault) and "\n" not in fault.message
-    assert fault.message.startswith("node node-7 (hostB): the environment differs from the driver's: python 3.")
+    assert fault.message.startswith("node node-7 (hostB): the environment differs from the driver's: ")
+    # this venv may be built on /usr/bin/python3 itself (Debian's, as a newcomer's bootstrap makes it):
+    # then only the distributions differ, and the message must not claim another version
+    same_version = Environment.of("/usr/bin/python3").version == Environment.of(sys.executable).version
+    assert ("the driver's: python 3." in fault.message) is not same_version
     assert "installed distributions differ" in fault.message
 
 
