@@ -9,20 +9,26 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def _env_path(name: str, default: Path) -> Path:
+    """``$name`` when it is set to something, else ``default``: an empty value (``MEMSYS_RUNS_DIR= cmd``)
+    means "not set", not the current folder."""
+    return Path(os.environ.get(name) or default).resolve()
+
+
 def config_dir() -> Path:
-    return Path(os.environ.get("MEMSYS_CONFIG_DIR", REPO_ROOT / "configs")).resolve()
+    return _env_path("MEMSYS_CONFIG_DIR", REPO_ROOT / "configs")
 
 
 def runs_dir() -> Path:
-    return Path(os.environ.get("MEMSYS_RUNS_DIR", REPO_ROOT / "runs")).resolve()
+    return _env_path("MEMSYS_RUNS_DIR", REPO_ROOT / "runs")
 
 
 def cache_dir() -> Path:
     """Content-hash caches (embeddings, LLM replies, built stores, model files)."""
-    return Path(os.environ.get("MEMSYS_CACHE_DIR", runs_dir() / "cache")).resolve()
+    return _env_path("MEMSYS_CACHE_DIR", runs_dir() / "cache")
 
 
 def data_dir() -> Path:
     """Benchmark data; CI points MEMSYS_DATA_DIR at ../shared/data."""
     default = REPO_ROOT.parent / "shared" / "data"
-    return Path(os.environ.get("MEMSYS_DATA_DIR", default)).resolve()
+    return _env_path("MEMSYS_DATA_DIR", default)

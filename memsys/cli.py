@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Sequence
+from typing import Any, ContextManager, Sequence
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -93,14 +93,32 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                          "ingest of this input that was stopped")
     # --resume of an ingest killed before its store existed starts it; --append needs the store
     mem = Memory.open(store, mcfg) if exists or args.append else Memory.create(store, mcfg)
-    with mem:
-        report = mem.add(turns, progress=True, resume=args.resume)
+    with mem, _compression_llm(cfg, mcfg) as llm:
+        report = mem.add(turns, progress=True, resume=args.resume, llm=llm)
     skipped = f", {report.resumed_after} already processed by the stopped ingest" if args.resume else ""
     console.print(
         f"[bold]{store}[/]: {report.accepted} MAUs stored ({report.uncertain} uncertain), "
         f"{report.rejected} rejected as redundant, {len(turns)} turns read{skipped}"
     )
+    comp = report.compression
+    if comp is not None:
+        resumed = f", {comp.resumed_windows} written by the stopped ingest" if comp.resumed_windows else ""
+        failed = f"; {comp.failed_windows} failed (a rerun with --resume asks them again)" if comp.failed_windows else ""
+        console.print(f"compression: {comp.windows} windows{resumed}, {comp.statements} restatements, "
+                      f"{comp.consolidated} consolidated{failed}")
     return 0
+
+
+def _compression_llm(cfg: Any, mcfg: Any) -> ContextManager[Any]:
+    """The configured LLM (``llm=...``) when the memory config compresses at write time, else nothing."""
+    from contextlib import nullcontext
+
+    if not mcfg.ingest.compression.enabled:
+        return nullcontext()
+    from memsys.config import LLMConfig, validate
+    from memsys.llm import open_llm
+
+    return open_llm(validate(LLMConfig, cfg.llm, where="llm config"))
 
 
 def cmd_search(args: argparse.Namespace) -> int:

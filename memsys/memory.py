@@ -147,9 +147,6 @@ class Memory:
         for i, t in enumerate(turns):
             validate_turn(t, where=f"input #{i}: ")
         done = self.processed_prefix(turns) if resume else 0
-        if done and self.cfg.ingest.compression.enabled:
-            raise ConfigError("an ingest with compression cannot resume half-way (its restatements are written "
-                              "after the last turn): ingest into a new store")
         seen: set[str] = set()
         for i, t in enumerate(turns):
             if t.id in seen or (i >= done and t.id in self.store.positions):
@@ -223,18 +220,22 @@ class Memory:
         return out[::-1]
 
     def _compress(self, turns: list[Turn], report: IngestReport, llm: Any) -> None:
+        """Restate the input's stored turns (a resumed ingest's earlier part included: a turn of the input
+        is stored exactly when the gate accepted it), one window at a time, skipping windows written
+        before a stop."""
         from memsys.ingest.compress import compress_turns
 
         if llm is None:
             raise ConfigError("ingest.compression.enabled needs an LLM: pass llm= to Memory.add")
-        accepted = [t for t in turns if report.decisions.get(t.id) and report.decisions[t.id].accepted]
+        accepted = [t for t in turns if t.id in self.store.positions]
         earlier = [m for m in self.store.maus if m.details.get("compressed")]
-        maus, absorbed, crep = compress_turns(llm, accepted, self.cfg.ingest.compression, self.store.cold,
-                                              self.embedder.embed, earlier)
-        self.store.add(maus)
-        if absorbed:
-            self.store.update(absorbed)
-        report.compression = crep
+
+        def write(new: list[MAU], absorbers: list[MAU]) -> None:
+            self.store.update(absorbers)  # first: new restatements mark their window written
+            self.store.add(new)
+
+        report.compression = compress_turns(llm, accepted, self.cfg.ingest.compression, self.store.cold,
+                                            self.embedder.embed, earlier, write)
 
     def add_turn(self, speaker: str, text: str, timestamp: datetime | None = None, id: str | None = None,
                  session_id: str | None = None) -> IngestReport:

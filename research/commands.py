@@ -29,7 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="launch (or --resume) an autonomous optimization run",
                        description="e.g. memsys run benchmark=locomo split=dev memory=naive proposer=llm llm=local "
                                    "research.budget.experiments=8")
-    p.add_argument("--resume", metavar="RUN_ID", help="continue a killed or finished run")
+    p.add_argument("--resume", metavar="RUN_ID", help="continue a killed or finished run (key=value may change its budget, sandbox or workers)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("confirm", help="score a run's baseline and best commit on the held-out test split")
     p.add_argument("run_id")
@@ -125,7 +125,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str] | None = None) -> int:
     console = Console()
     printer = EventPrinter(console)
     if args.resume:
-        loop = ResearchLoop.from_run(args.resume, on_event=printer)
+        loop = ResearchLoop.from_run(args.resume, [*(extra or []), *args.overrides], on_event=printer)
     else:
         setup = load_run_setup([*(extra or []), *args.overrides])
         run_id = setup.eval.eval.run_id or f"run-{datetime.now():%Y%m%d-%H%M%S}"

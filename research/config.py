@@ -55,7 +55,9 @@ class LoopConfig:
 @dataclass
 class SandboxConfig:
     backend: str = "auto"  # auto picks the strongest backend that works here
-    wall_timeout_s: float = 1800.0
+    # None: as `memsys eval` scales it (research.evaluate.eval_wall_timeout: 1800 s, plus 90 s a question
+    # with the reader); a fixed 1800 s killed a 152-question reader baseline on a busy 2-core machine
+    wall_timeout_s: float | None = None
     memory_gb: float = 8.0
     # a backend without filesystem and network isolation (process) lets the evaluated code
     # reach the scorer, the run folder and the network: refused unless the user says so
@@ -201,6 +203,28 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
     return RunSetup(ev, rc, list(overrides))
+
+
+#: what ``memsys run --resume <run> key=value`` may change: how long and where the run goes on, not what it
+#: measures (memory, benchmark, sample, objective, reader or proposer would make its records incomparable)
+RESUMABLE_KEYS = ("research.budget.", "research.sandbox.", "research.ray.", "research.executor", "workers")
+
+
+def resume_overrides(raw: dict, overrides: Sequence[str]) -> dict:
+    """The saved resolved config with ``overrides`` applied; ConfigError naming one that is not resumable."""
+    from omegaconf import OmegaConf
+
+    if not overrides:
+        return raw
+    cfg = OmegaConf.create(raw)
+    for item in overrides:
+        key, eq, _ = item.lstrip("+").partition("=")
+        if not eq or not any(key == k.rstrip(".") or key.startswith(k) for k in RESUMABLE_KEYS):
+            raise ConfigError(f"--resume takes only {', '.join(k.rstrip('.') + ('*' if k.endswith('.') else '') for k in RESUMABLE_KEYS)} "
+                              f"overrides; {item!r} would change what the run measures: start a new run for it")
+        dotted = OmegaConf.from_dotlist([item.lstrip("+")])
+        OmegaConf.update(cfg, key, OmegaConf.select(dotted, key), merge=True)
+    return OmegaConf.to_container(cfg)  # type: ignore[return-value]
 
 
 def run_setup_from_dict(raw: dict, overrides: Sequence[str] = ()) -> RunSetup:

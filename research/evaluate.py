@@ -431,6 +431,12 @@ def eval_wall_timeout(ev: Any, n_questions: int) -> float:
     return EVAL_TIMEOUT_BASE_S + (EVAL_TIMEOUT_PER_QUESTION_S * n_questions if ev.reader == "llm" else 0.0)
 
 
+def scaled_timeout(setup: EvalSetup) -> float:
+    """``eval_wall_timeout`` for the questions ``setup`` selects (the loop's evaluations, unless
+    research.sandbox.wall_timeout_s fixes it)."""
+    return eval_wall_timeout(setup.eval, sum(len(c.questions) for c in selection(setup).conversations))
+
+
 def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:
     """(preset, memory.* overrides) as the user gave them; the sandbox composes them itself."""
     preset = setup.memory.name

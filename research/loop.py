@@ -13,13 +13,14 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from harness.atomic import atomic_write_json
 from harness.errors import ConfigError, LLMAuthError, MemsysError
@@ -27,10 +28,18 @@ from harness.paths import REPO_ROOT, cache_dir, runs_dir
 from harness.surface import MUTABLE_SURFACE
 from research import decide as D
 from research.caches import SharedCache
-from research.config import RunSetup, run_setup_from_dict, user_memory_overrides
+from research.config import RunSetup, resume_overrides, run_setup_from_dict, user_memory_overrides
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
-from research.evaluate import EvalJob, EvalOutcome, evaluate, open_gateway, reader_config_for_sandbox, short_socket_dir
+from research.evaluate import (
+    EvalJob,
+    EvalOutcome,
+    evaluate,
+    open_gateway,
+    reader_config_for_sandbox,
+    scaled_timeout,
+    short_socket_dir,
+)
 from research.experiment import Experiment
 from research.failures import FailureClass, _failure, one_line
 from research.guarantees import check_sandbox
@@ -43,6 +52,10 @@ from research.trajectory import ExperimentRecord, TrajectoryError, append_record
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
+
+#: failures of the unchanged code that a second try can outlive (the baseline has no edit to heal)
+BASELINE_RETRY = (FailureClass.TIMEOUT, FailureClass.API_ERROR, FailureClass.INFRASTRUCTURE)
+
 
 def _now() -> str:
     return datetime.now().isoformat(timespec="seconds")
@@ -82,12 +95,19 @@ class ResearchLoop:
 
     # ------------------------------------------------------------------ setup and resume
     @classmethod
-    def from_run(cls, run_id: str, **kw: Any) -> "ResearchLoop":
+    def from_run(cls, run_id: str, overrides: Sequence[str] = (), **kw: Any) -> "ResearchLoop":
+        """The saved run, with ``overrides`` of its operational settings (research.config.RESUMABLE_KEYS:
+        more budget, a longer sandbox timeout) applied and saved for later resumes."""
         paths = RunDir.of(run_id)
         if not paths.config.exists():
             known = [r for r in RunDir.known(runs_dir()) if RunDir.of(r).state.exists()] if runs_dir().exists() else []
             raise RunStateError(f"no optimization run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
         raw = json.loads(paths.config.read_text())
+        if overrides:
+            raw = {"config": resume_overrides(raw["config"], overrides), "overrides": [*raw.get("overrides", []), *overrides]}
+            setup = run_setup_from_dict(raw["config"], raw["overrides"])  # validated before it is saved
+            atomic_write_json(paths.config, raw)
+            return cls(setup, run_id, resume=True, **kw)
         return cls(run_setup_from_dict(raw["config"], raw.get("overrides", [])), run_id, resume=True, **kw)
 
     def load_state(self) -> LoopState:
@@ -152,6 +172,8 @@ class ResearchLoop:
         st.reset_folded()
         for rec in self.records:
             self._fold(rec)
+        if self.records and st.best_value is None:
+            self._retry_baseline()
         self.ws.init_refs(st.base_commit)
         self.ws.move_best(st.best_commit)  # a kill between record and ref move leaves it behind
         pruned = self.ws.prune(keep_branches=[r.experiment_id for r in self.records])
@@ -159,6 +181,17 @@ class ResearchLoop:
             log.info("pruned what the killed run left: %s", pruned)
         st.status, st.stop_reason = "running", None
         st.save(self.run_dir)
+
+    def _retry_baseline(self) -> None:
+        """A run whose baseline failed has nothing to build on, and its cause (a timeout, a dead server) may
+        be fixed by now: resuming measures the baseline again. Its journal (the failed record) is kept
+        beside the new one; the evaluation folder is the same, so the answers it wrote are not asked again."""
+        aside = self.paths.failed_baseline_journal()
+        os.replace(self.paths.trajectory, aside)
+        log.warning("the baseline failed (%s); measuring it again (the failed journal is kept as %s)",
+                    (self.records[-1].failure or {}).get("message", "no value"), aside.name)
+        self.records = []
+        self.state.reset_folded()
 
     # ------------------------------------------------------------------ run
     def run(self) -> LoopState:
@@ -444,8 +477,9 @@ class ResearchLoop:
         key = hashlib.sha256(json.dumps([head, reader, sample, complement, split, heldout]).encode()).hexdigest()[:10]
         folder = self.paths.evals(exp_id, f"{tag}-{key}")
         use_reader = (reader or self.setup.eval.eval.reader) == "llm"
-        job = EvalJob(self._eval_setup(sample, f"{self.run_id}-{exp_id}{tag}", split, reader=reader, complement=complement),
-                      wt.path, self.preset, folder / "untrusted", runs_root=folder, wall_timeout_s=sc.wall_timeout_s,
+        setup = self._eval_setup(sample, f"{self.run_id}-{exp_id}{tag}", split, reader=reader, complement=complement)
+        job = EvalJob(setup, wt.path, self.preset, folder / "untrusted", runs_root=folder,
+                      wall_timeout_s=sc.wall_timeout_s if sc.wall_timeout_s is not None else scaled_timeout(setup),
                       memory_bytes=int(sc.memory_gb * (1 << 30)),
                       reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway and use_reader else {})
         shared = self.heldout_cache if heldout else self.shared_cache  # test-split text never reaches dev sandboxes
@@ -588,6 +622,12 @@ class ResearchLoop:
         rec.commit, rec.branch = st.base_commit, wt.branch
         try:
             out = self.run_eval(wt, rec, None, code_changed=False)
+            if not out.ok and out.failure is not None and out.failure.cls in BASELINE_RETRY:
+                entry = {"attempt": 1, "action": "continue", "stage": "evaluate",
+                         "reason": f"{out.failure.cls.value}: the same evaluation once more, its written answers kept"}
+                rec.healing.append(entry)
+                out = self.run_eval(wt, rec, None, code_changed=False)  # same folder: it resumes, it does not restart
+                entry["result"] = "ok" if out.ok else f"failed again ({out.failure.cls.value if out.failure else 'no value'})"
         finally:
             self.ws.remove(wt.path)
         rec.durations = {"eval_s": time.perf_counter() - t0, "total_s": time.perf_counter() - t0}

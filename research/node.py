@@ -190,22 +190,22 @@ def unpack(data: bytes, dest: Path) -> None:
         if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4
             tar.extractall(dest, filter="data")  # no absolute names, no links out of dest, no devices
         else:  # Debian 12's Python 3.11.2 has no extraction filters: check the same rules first
-            tar.extractall(dest, members=[_checked(m, dest) for m in tar.getmembers()])
+            root = dest.resolve()
+            tar.extractall(dest, members=[_checked(m, root) for m in tar.getmembers()])
 
 
-def _checked(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
-    """``member`` when extracting it stays inside ``dest`` (the rules of tarfile's "data" filter that a
-    packed tree can break: names and link targets outside ``dest``, device and fifo entries)."""
-    root = dest.resolve()
+def _checked(member: tarfile.TarInfo, root: Path) -> tarfile.TarInfo:
+    """``member`` when extracting it stays inside ``root`` (resolved; the rules of tarfile's "data" filter
+    that a packed tree can break: names and link targets outside it, device and fifo entries)."""
     target = (root / member.name).resolve()
     if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
         raise ValueError(f"tarball member {member.name!r} is not a file, folder or link")
     if member.name.startswith("/") or not target.is_relative_to(root):
-        raise ValueError(f"tarball member {member.name!r} would land outside {dest}")
+        raise ValueError(f"tarball member {member.name!r} would land outside {root}")
     if member.issym() or member.islnk():
         base = target.parent if member.issym() else root
         if member.linkname.startswith("/") or not (base / member.linkname).resolve().is_relative_to(root):
-            raise ValueError(f"tarball link {member.name!r} -> {member.linkname!r} points outside {dest}")
+            raise ValueError(f"tarball link {member.name!r} -> {member.linkname!r} points outside {root}")
     return member
 
 

@@ -1,11 +1,13 @@
 """The folder of one optimization run, ``<runs dir>/<run id>/``, and the name of everything in it.
 
 Every file name the run writes is here, so no module spells ``"state.json"`` or ``"evals"`` on
-its own. Pure path logic: nothing is created or read, except by ``exists`` and ``known``.
+its own. Pure path logic: nothing is created or read, except by ``exists``, ``known`` and
+``failed_baseline_journal``.
 
     config.json          composed config and overrides (written once, read on resume)
     state.json           loop state (written atomically after every step)
     trajectory.jsonl     the journal: one record per experiment
+    trajectory.failed-baseline-<n>.jsonl   the journal of a baseline that failed, kept when a resume retries it
     optuna.db            the Optuna study (SQLite)
     confirmation.json    held-out confirmation of baseline and best
     replay.json          a replay's steps (replay runs only)
@@ -65,6 +67,11 @@ class RunDir:
     @property
     def trajectory(self) -> Path:
         return self.root / TRAJECTORY_FILE
+
+    def failed_baseline_journal(self) -> Path:
+        """Where a resume that measures a failed baseline again keeps the old journal (numbered: it may fail again)."""
+        n = 1 + sum(1 for _ in self.root.glob("trajectory.failed-baseline-*.jsonl"))
+        return self.root / f"trajectory.failed-baseline-{n}.jsonl"
 
     @property
     def optuna_db(self) -> Path:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class CompressionReport:
     failed_windows: int = 0
     statements: int = 0
     consolidated: int = 0
+    resumed_windows: int = 0  # written by an earlier, stopped ingest of the same input: skipped
     errors: list[str] | None = None
 
 
@@ -130,24 +131,66 @@ def compress_window(llm: Any, window: Sequence[Turn], cold: ColdStore) -> list[M
     return out
 
 
+def window_key(window: Sequence[Turn]) -> str:
+    """A window's identity: its turn ids (the same input gives the same windows, resumed or not)."""
+    return "w:" + hashlib.sha1("\x00".join(t.id for t in window).encode()).hexdigest()[:16]
+
+
+def done_windows(maus: Iterable[MAU]) -> set[str]:
+    """Windows whose restatements are stored: each window's write marks the MAUs it added or extended."""
+    return {k for m in maus for k in m.details.get("windows", ())}
+
+
 def _absorb(target: MAU, m: MAU) -> None:
-    """Consolidate ``m`` into ``target``: union of sources, the restatement kept in details."""
+    """Consolidate ``m`` into ``target``: union of sources, the restatement kept in details. Idempotent,
+    so a window written again after a kill (its absorbers were updated, its new MAUs not) changes nothing twice."""
     for src in m.details["source_ids"]:
         if src not in target.details.setdefault("source_ids", []):
             target.details["source_ids"].append(src)
-    target.details.setdefault("consolidated", []).append(m.summary)
+    if m.summary not in target.details.setdefault("consolidated", []):
+        target.details["consolidated"].append(m.summary)
+
+
+def _mark(m: MAU, key: str) -> None:
+    if key not in m.details.setdefault("windows", []):
+        m.details["windows"].append(key)
+
+
+class _Consolidator:
+    """Restatements stored so far (earlier ingests and earlier windows of this one), with their vectors."""
+
+    def __init__(self, existing: Sequence[MAU], threshold: float):
+        self.maus = [m for m in existing if m.embedding is not None]
+        self.vecs = [np.asarray(m.embedding, np.float32) for m in self.maus]
+        self.threshold = threshold
+
+    def nearest(self, v: np.ndarray) -> MAU | None:
+        if not self.vecs:
+            return None
+        sims = np.stack(self.vecs) @ v
+        j = int(np.argmax(sims))
+        return self.maus[j] if sims[j] > self.threshold else None
+
+    def keep(self, m: MAU) -> None:
+        self.maus.append(m)
+        self.vecs.append(np.asarray(m.embedding, np.float32))
 
 
 def compress_turns(llm: Any, turns: Sequence[Turn], cfg: CompressionConfig, cold: ColdStore, embed,
-                   existing: Sequence[MAU] = ()) -> tuple[list[MAU], list[MAU], CompressionReport]:
-    """Compress all windows in parallel, then consolidate near-duplicates at write time.
+                   existing: Sequence[MAU], write: Callable[[list[MAU], list[MAU]], None]) -> CompressionReport:
+    """Compress the windows in parallel; consolidate near-duplicates and ``write`` each window in order.
 
-    Returns (new MAUs, existing MAUs that absorbed a near-duplicate, report). ``existing``
-    are earlier restatements (with embeddings); raw turn MAUs must not be passed, or every
-    faithful restatement of a single turn would be "consolidated" away.
+    ``write(new, updated)`` gets one window's new restatements and the stored ones that absorbed a
+    near-duplicate; it must store ``updated`` before ``new``. ``existing`` are the stored restatements
+    (with embeddings): raw turn MAUs must not be passed, or every faithful restatement of a single turn
+    would be "consolidated" away. Windows already written (``done_windows``) are skipped, so an ingest
+    killed half-way through compression resumes at the first window it had not written.
     """
     wins = windows(turns, cfg.window_turns, cfg.overlap_turns)
-    report = CompressionReport(windows=len(wins), errors=[])
+    done = done_windows(existing)
+    todo = [w for w in wins if window_key(w) not in done]
+    report = CompressionReport(windows=len(wins), resumed_windows=len(wins) - len(todo), errors=[])
+    pool_of = _Consolidator(existing, cfg.consolidate_above)
 
     def run(w):
         try:
@@ -156,39 +199,43 @@ def compress_turns(llm: Any, turns: Sequence[Turn], cfg: CompressionConfig, cold
             report.failed_windows += 1
             report.errors.append(f"window {w[0].id}..{w[-1].id}: {exc}")
             log.warning("compression failed for window %s..%s: %s", w[0].id, w[-1].id, exc)
-            return []
+            return None
 
     with ThreadPoolExecutor(max_workers=max(cfg.workers, 1)) as pool:
-        results = list(pool.map(run, wins))
-    maus = [m for r in results for m in r]
-    seen_ids: set[str] = set()
-    maus = [m for m in maus if not (m.id in seen_ids or seen_ids.add(m.id))]
-    report.statements = len(maus)
-    if not maus:
-        return [], [], report
-    vecs = embed([m.summary for m in maus])
-    old = [m for m in existing if m.embedding is not None]
-    old_vecs = np.stack([np.asarray(m.embedding, np.float32) for m in old]) if old else None
-    kept: list[MAU] = []
-    kept_vecs: list[np.ndarray] = []
+        for w, maus in zip(todo, pool.map(run, todo)):  # in window order, as each one is ready
+            if maus is None:
+                continue  # failed: not marked, so a rerun tries it again
+            _write_window(w, maus, embed, pool_of, report, write)
+    return report
+
+
+def _write_window(w: Sequence[Turn], maus: list[MAU], embed, pool_of: _Consolidator, report: CompressionReport,
+                  write: Callable[[list[MAU], list[MAU]], None]) -> None:
+    """One window's effect on the store. The window counts as written (``done_windows``) once the MAUs
+    holding its key are stored: its new restatements, which ``write`` stores after the absorbers, or,
+    when everything was absorbed, the absorbers themselves (one write)."""
+    key = window_key(w)
+    stored = {m.id for m in pool_of.maus}
+    seen: set[str] = set()
+    maus = [m for m in maus if not (m.id in stored or m.id in seen or seen.add(m.id))]
+    report.statements += len(maus)
+    vecs = embed([m.summary for m in maus]) if maus else []
+    new: dict[str, MAU] = {}
     updated: dict[str, MAU] = {}
     for m, v in zip(maus, vecs):
-        if kept_vecs:
-            sims = np.stack(kept_vecs) @ v
-            j = int(np.argmax(sims))
-            if sims[j] > cfg.consolidate_above:
-                _absorb(kept[j], m)
-                report.consolidated += 1
-                continue
-        if old_vecs is not None:
-            sims = old_vecs @ v
-            j = int(np.argmax(sims))
-            if sims[j] > cfg.consolidate_above:
-                _absorb(old[j], m)
-                updated[old[j].id] = old[j]
-                report.consolidated += 1
-                continue
+        target = pool_of.nearest(v)
+        if target is not None:
+            _absorb(target, m)
+            report.consolidated += 1
+            if target.id not in new:
+                updated[target.id] = target
+            continue
         m.embedding = v
-        kept.append(m)
-        kept_vecs.append(v)
-    return kept, list(updated.values()), report
+        _mark(m, key)
+        new[m.id] = m
+        pool_of.keep(m)
+    if not new:
+        for m in updated.values():
+            _mark(m, key)
+    if new or updated:  # an empty window stores nothing and is cheap to ask again
+        write(list(new.values()), list(updated.values()))

@@ -32,16 +32,38 @@ from pathlib import Path
 from statistics import mean
 from typing import Any, Sequence
 
+from benchmarks.metrics.locomo import CATEGORIES as LOCOMO_CATEGORIES
+from benchmarks.metrics.memgallery import CATEGORIES as MEMGALLERY_CATEGORIES
 from harness.paths import REPO_ROOT, runs_dir
-from research.diagnosis import read_rows
+from research.diagnosis import context_of, read_rows
 from research.perf.output import command, write_result
 from research.stats import paired_test, per_question
 
 DEFAULT_VARIANTS = "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"
-#: what each row reports; the paired tests compare the first two against the reference
-OBJECTIVES = ("f1_cat1_4", "all_honest", "f1_cat5_lenient")
-COLUMNS = ("f1_cat1_4", "f1_cat5", "all_honest", "context_recall", "context_tokens", "prompt_tokens_per_q",
-           "seconds_per_q")
+COST = ("context_recall", "context_tokens", "prompt_tokens_per_q", "seconds_per_q")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What a benchmark's rows report: LoCoMo splits its F1 by answerable vs adversarial, Mem-Gallery does not."""
+
+    objectives: tuple[str, ...]  # paired against the reference, per question; the first is the table's headline
+    scores: tuple[str, ...]  # the scorer's aggregates shown as columns
+    categories: tuple[str, ...]  # per-category F1 keys are f"{prefix}{category}"
+    category_prefix: str
+
+
+PROFILES = {
+    "locomo": Profile(("f1_cat1_4", "all_honest", "f1_cat5_lenient"), ("f1_cat1_4", "f1_cat5", "all_honest"),
+                      tuple(LOCOMO_CATEGORIES), "f1_cat"),
+    "memgallery": Profile(("f1", "em"), ("f1", "em"), tuple(MEMGALLERY_CATEGORIES), "f1_"),
+}
+
+
+def profile_of(benchmark: str) -> Profile:
+    if benchmark not in PROFILES:
+        raise SystemExit(f"--benchmark {benchmark!r}: known {', '.join(sorted(PROFILES))}")
+    return PROFILES[benchmark]
 
 
 @dataclass(frozen=True)
@@ -91,35 +113,81 @@ def evaluate(v: Variant, common: Sequence[str], log_dir: Path) -> Path:
     return run_dir
 
 
-def summarize(rows: list[dict[str, Any]], metrics: dict[str, Any]) -> dict[str, Any]:
+def summarize(rows: list[dict[str, Any]], metrics: dict[str, Any], profile: Profile) -> dict[str, Any]:
     """The row's figures: the scorer's own aggregates plus per-question reader cost from the scored rows."""
     answered = [r for r in rows if not r.get("error")]
-    fresh = [r for r in answered if not r.get("cached")]
+    # the gateway's count of replies from the reply cache (trusted; the rows' own flag cannot see the
+    # gateway's cache): those cost no reader time, and the rows do not say which they were, so the
+    # fastest that many are left out of the seconds
+    hits = int(metrics.get("reader_cache_hits") or sum(1 for r in answered if r.get("cached")))
+    fresh = sorted(answered, key=lambda r: r.get("latency_s") or 0.0)[hits:]
+    per_category = {c: metrics[k] for c in profile.categories if (k := f"{profile.category_prefix}{c}") in metrics}
     return {
         "n": len(rows), "n_errors": len(rows) - len(answered),
-        "f1_cat1_4": metrics.get("f1_cat1_4"), "f1_cat5": metrics.get("f1_cat5"),
-        "all_honest": metrics.get("all_honest"), "context_recall": metrics.get("context_recall"),
-        "context_tokens": metrics.get("context_tokens"),
+        **{k: metrics.get(k) for k in profile.scores},
+        "context_recall": metrics.get("context_recall"), "context_tokens": metrics.get("context_tokens"),
         "prompt_tokens_per_q": mean(r.get("prompt_tokens", 0) for r in answered) if answered else None,
         # a cached reply costs no reader time: the reader's seconds are over the questions it answered now
         "seconds_per_q": mean(r.get("latency_s", 0.0) for r in fresh) if fresh else None,
-        "cached_replies": len(answered) - len(fresh),
-        "per_category_f1": {c: metrics.get(f"f1_cat{c}") for c in "12345" if f"f1_cat{c}" in metrics},
+        "cached_replies": hits,
+        "per_category_f1": per_category,
     }
 
 
-def compare(rows: dict[str, list[dict[str, Any]]], reference: str) -> dict[str, dict[str, Any]]:
+def compare(rows: dict[str, list[dict[str, Any]]], reference: str, profile: Profile) -> dict[str, dict[str, Any]]:
     """variant -> objective -> paired test against the reference on the shared questions."""
     out: dict[str, dict[str, Any]] = {}
     for name, vrows in rows.items():
         if name == reference:
             continue
         out[name] = {}
-        for obj in OBJECTIVES:
+        for obj in profile.objectives:
             cand, ref = per_question(obj, vrows), per_question(obj, rows[reference])
             if set(cand) & set(ref):
                 out[name][obj] = paired_test(cand, ref).to_dict()
     return out
+
+
+#: how a question's evidence stood in the two contexts (all of it in, or not)
+EVIDENCE_GROUPS = ("in both", "variant only", "reference only", "in neither", "no evidence")
+
+
+def _evidence_group(cand: dict[str, Any], ref: dict[str, Any]) -> str:
+    evidence = set(cand.get("evidence") or [])
+    if not evidence:
+        return "no evidence"
+    has = (not evidence - set(context_of(cand)), not evidence - set(context_of(ref)))
+    return {(True, True): "in both", (True, False): "variant only", (False, True): "reference only"}.get(has, "in neither")
+
+
+def sources_of_difference(cand_rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Where a variant's F1 difference comes from, on the shared questions: grouped by whether each
+    context held all the evidence. A gain "in both" is the reader doing better with the same evidence
+    (or worse: a longer context can cost); "variant only" is what retrieval bought. The deltas of the
+    groups add up to the total (``mean_delta`` times ``n``)."""
+    ref = {r["question_id"]: r for r in ref_rows}
+    out = {g: {"n": 0, "better": 0, "worse": 0, "sum_delta": 0.0} for g in EVIDENCE_GROUPS}
+    for c in cand_rows:
+        r = ref.get(c["question_id"])
+        if r is None or c.get("error") or r.get("error") or "f1" not in (c.get("scores") or {}) \
+                or "f1" not in (r.get("scores") or {}):
+            continue
+        delta = float(c["scores"]["f1"]) - float(r["scores"]["f1"])
+        g = out[_evidence_group(c, r)]
+        g["n"] += 1
+        g["better"] += delta > 1e-9
+        g["worse"] += delta < -1e-9
+        g["sum_delta"] += delta
+    return out
+
+
+def render_sources(result: dict[str, Any]) -> str:
+    lines = ["", f"F1 difference against {result['reference']} by where the evidence was (questions: better / worse "
+             "of n, summed delta)", "| variant | " + " | ".join(EVIDENCE_GROUPS) + " |", "| --- " * 6 + "|"]
+    for name, groups in result.get("sources", {}).items():
+        cells = [f"{g['better']} / {g['worse']} of {g['n']}, {g['sum_delta']:+.2f}" for g in groups.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _fmt(x: Any) -> str:
@@ -130,15 +198,16 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def render(result: dict[str, Any]) -> str:
-    ref = result["reference"]
-    lines = ["| variant | " + " | ".join(COLUMNS) + f" | F1 cat 1-4 vs {ref} (95% CI) |",
-             "| --- " * (len(COLUMNS) + 2) + "|"]
+def render(result: dict[str, Any], profile: Profile) -> str:
+    ref, headline = result["reference"], profile.objectives[0]
+    columns = (*profile.scores, *COST)
+    lines = ["| variant | " + " | ".join(columns) + f" | {headline} vs {ref} (95% CI) |",
+             "| --- " * (len(columns) + 2) + "|"]
     for name, row in result["variants"].items():
-        t = result["paired"].get(name, {}).get("f1_cat1_4")
+        t = result["paired"].get(name, {}).get(headline)
         vs = "reference" if name == ref else (
             f"{t['mean_delta']:+.3f} [{t['ci_low']:+.3f}, {t['ci_high']:+.3f}] p={t['p_better']:.3f}" if t else "-")
-        lines.append(f"| {name} | " + " | ".join(_fmt(row.get(c)) for c in COLUMNS) + f" | {vs} |")
+        lines.append(f"| {name} | " + " | ".join(_fmt(row.get(c)) for c in columns) + f" | {vs} |")
     return "\n".join(lines)
 
 
@@ -158,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     variants = parse_variants(args.variants)
+    profile = profile_of(args.benchmark)
     if args.reference not in {v.name for v in variants}:
         raise SystemExit(f"--reference {args.reference!r} is not one of the variants")
     common = [f"benchmark={args.benchmark}", f"split={args.split}", f"sample={args.sample}", f"llm={args.llm}", *extra]
@@ -171,14 +241,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir = evaluate(v, common, log_dir)
         rows[v.name] = read_rows(run_dir)
         summaries[v.name] = {"run_id": run_dir.name, "preset": v.preset, "overrides": list(v.overrides),
-                             **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()))}
+                             **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()), profile)}
     result = {
         "command": command("research.perf.bench_reader", argv),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
         "common_overrides": common, "reference": args.reference, "variants": summaries,
-        "paired": compare(rows, args.reference),
+        "paired": compare(rows, args.reference, profile),
+        "sources": {name: sources_of_difference(vrows, rows[args.reference])
+                    for name, vrows in rows.items() if name != args.reference},
     }
-    write_result(out, result, render(result))
+    write_result(out, result, render(result, profile) + "\n" + render_sources(result))
     return 0
 
 

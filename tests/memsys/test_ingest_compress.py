@@ -83,6 +83,13 @@ def test_a_failed_window_is_counted_and_the_rest_stored(tmp_path, embedder):
             report = mem.add(turns(4), llm=llm)
     assert report.compression.failed_windows == 1 and len(report.compression.errors) == 1
     assert len(mem) == 4 + 1
+    with OpenAITestServer() as srv:  # resuming asks the failed window again, and only it
+        srv.enqueue(Reply.of_json({"memories": [statement("Caroline talks about topic 1.", "S1:1")]}))
+        with client(srv) as llm:
+            again = mem.add(turns(4), llm=llm, resume=True)
+        assert len(srv.chat_requests) == 1 and "(S1:1)" in srv.chat_requests[0]["messages"][-1]["content"]
+    assert again.compression.resumed_windows == 1 and again.compression.failed_windows == 0
+    assert len(mem) == 4 + 2
 
 
 def test_compression_without_an_llm_is_a_config_error(tmp_path, embedder):

@@ -9,22 +9,27 @@ store an uninterrupted ingest writes: the same memories, links, neighbour index 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
 
+from launcher.main import main
 from memsys.cli import cmd_ingest
-from memsys.errors import ConfigError, DuplicateIdError, InputError
+from memsys.errors import DuplicateIdError, InputError
 from memsys.ingest.readers import read_locomo_turns
 from memsys.memory import Memory
 from memsys.records import Turn
+from tests.support.openai_server import OpenAITestServer, Reply
 
 T0 = datetime(2023, 5, 8, 13, 56)
 
@@ -118,14 +123,92 @@ def test_resume_refuses_a_store_written_from_other_input(tmp_path, embedder):
             mem.add(turns)
 
 
-def test_resume_with_compression_is_refused_before_anything_is_written(tmp_path, embedder):
-    turns = _turns(4)
-    with Memory.create(tmp_path / "s", "naive") as mem:
-        mem.add(turns[:2])
-    with Memory.open(tmp_path / "s", "naive", overrides=["memory.ingest.compression.enabled=true"]) as mem:
-        with pytest.raises(ConfigError, match="cannot resume half-way"):
-            mem.add(turns, resume=True, llm=object())
-        assert len(mem) == 2
+COMPRESSION = ["memory.ingest.compression.enabled=true", "memory.ingest.compression.window_turns=2",
+               "memory.ingest.compression.overlap_turns=0", "memory.ingest.compression.workers=1"]
+
+
+SAID = ["I adopted a puppy named Max.", "That is wonderful news!", "He chewed my running shoes.",
+        "I signed up for a pottery class.", "We went camping by the lake.", "My sister moved to Lisbon.",
+        "I finished the marathon in four hours.", "The garden tomatoes are ripe now.", "I started learning Korean.",
+        "Our band plays at the cafe on Friday.", "I repainted the kitchen yellow.", "The new job starts in June.",
+        "I baked sourdough for the first time.", "We adopted a second cat, Luna.", "I fixed the old bicycle.",
+        "My grandmother turned ninety.", "I read three novels this month.", "The flight to Tokyo was delayed.",
+        "I volunteered at the food bank.", "We planted an apple tree."]
+
+
+def _restate(body: dict) -> str:
+    """The scripted compressor: one restatement per turn of the window, plus the same fact about the
+    speakers from every window, which each later window consolidates into the first one."""
+    prompt = body["messages"][-1]["content"]
+    said = re.findall(r"^\((D\d+:\d+)\) (\w+): (.*)$", prompt, flags=re.M)
+    items = [(f"{who} said: {text}", tid) for tid, who, text in said] + [("Ana and Ben are old friends.", said[0][0])]
+    return json.dumps({"memories": [{"statement": st, "persons": [], "keywords": [], "source_turns": [tid]}
+                                    for st, tid in items]})
+
+
+class _Compressor:
+    """Answers every window; holds the reply to the window starting at ``hold`` until released."""
+
+    def __init__(self, hold: str):
+        self.hold, self.release = f"({hold})", threading.Event()
+
+    def __call__(self, body: dict) -> Reply:
+        if self.hold in body["messages"][-1]["content"]:
+            self.release.wait(120)
+        return Reply.ok(_restate(body))
+
+
+def _ingest_args(data, store, srv, resume: bool) -> list[str]:
+    return [str(data), *(["--resume"] if resume else []), f"store={store}", "memory=naive", *COMPRESSION,
+            "llm=openai", f"llm.base_url={srv.base_url}", "llm.model=scripted", "++llm.cache=false"]
+
+
+@pytest.mark.slow
+def test_an_ingest_killed_during_compression_resumes_at_the_first_window_it_had_not_written(tmp_path, embedder):
+    from memsys.ingest.compress import done_windows
+
+    turns = [Turn(t.id, t.speaker, text, t.timestamp, t.session_id) for t, text in zip(_turns(20), SAID)]
+    data = tmp_path / "turns.jsonl"  # 4 sessions of 5 turns: 12 windows of 2 (or 1)
+    _jsonl(data, turns)
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    env = {**os.environ, "MEMSYS_CACHE_DIR": str(tmp_path / "cache")}
+    compressor = _Compressor(hold="D3:3")  # the 8th window
+    with OpenAITestServer(compressor) as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "launcher.main", "ingest", *_ingest_args(data, killed, srv, False)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 240
+            while not any(compressor.hold in r["messages"][-1]["content"] for r in srv.chat_requests):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+                time.sleep(0.05)
+            while _rows(killed) <= 20:  # the held request waits; windows before it are being written
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            compressor.release.set()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+        with Memory.open(killed, read_only=True) as mem:
+            written = done_windows(m for m in mem.store.maus if m.details.get("compressed"))
+            assert len(mem) > 20 and 1 <= len(written) < 12, len(written)  # every turn, some restatements
+        asked_before = len(srv.chat_requests)
+        for _ in range(2):  # the second resume finds every window written and asks nothing
+            assert main(["ingest", *_ingest_args(data, killed, srv, True)]) == 0
+        assert len(srv.chat_requests) - asked_before == 12 - len(written)
+        assert main(["ingest", *_ingest_args(data, whole, srv, False)]) == 0
+    with Memory.open(killed, read_only=True) as resumed, Memory.open(whole, read_only=True) as one:
+        assert _snapshot(resumed) == _snapshot(one)
+        restated = [m for m in one.store.maus if m.details.get("compressed")]
+        friends = [m for m in restated if m.summary == "Ana and Ben are old friends."]
+        assert len(restated) == 21 and len(friends) == 1  # 20 turns, and the fact every window repeats
+        assert friends[0].details["consolidated"] == ["Ana and Ben are old friends."]
+        assert len(friends[0].details["source_ids"]) == 12  # the first turn of each window
+        assert len(done_windows(restated)) == 12
+        np.testing.assert_allclose(resumed.store.embeddings, one.store.embeddings, atol=1e-5)
 
 
 def _jsonl(path, turns: list[Turn]) -> None:

@@ -217,6 +217,37 @@ def test_run_killed_before_the_baseline_resumes(repo: Path, runs: Path, tmp_path
     assert worktree_paths(repo) == [str(repo)]
 
 
+def test_a_run_whose_baseline_failed_measures_it_again_when_resumed(repo: Path, runs: Path, tmp_path: Path,
+                                                                   locomo_path: Path) -> None:
+    run_id = "failed-baseline"
+    run_dir = runs / run_id
+    first = Life([*start_args(repo, run_id, 1), "research.sandbox.wall_timeout_s=0.3"], tmp_path / "first.log")
+    assert first.wait(LIFE_TIMEOUT_S) == 0, first.tail()
+    assert "stopped: the baseline evaluation failed" in first.tail()
+    [failed], _ = read_trajectory(run_dir)
+    assert failed.decision != "baseline" and failed.failure["cls"] == "timeout"
+    assert [(h["action"], h["result"]) for h in failed.healing] == [("continue", "failed again (timeout)")]
+
+    with pytest.raises(subprocess.CalledProcessError) as refused:  # what the run measures cannot change
+        subprocess.run([sys.executable, "-m", "launcher.main", "run", "--resume", run_id, "sample=small"],
+                       cwd=REPO_ROOT, check=True, capture_output=True, text=True)
+    assert "'sample=small' would change what the run measures" in refused.value.stderr
+
+    again = Life(["--resume", run_id, "research.sandbox.wall_timeout_s=null"], tmp_path / "resume.log")
+    assert again.wait(LIFE_TIMEOUT_S) == 0, again.tail()
+    baseline, *rest = read_trajectory(run_dir)[0]
+    assert [r.index for r in rest] == list(range(1, len(rest) + 1))  # the experiments go on from it
+    assert baseline.experiment_id == "exp-000" and baseline.decision == "baseline"
+    assert baseline.objective_value is not None and baseline.healing == []
+    kept = (run_dir / "trajectory.failed-baseline-1.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(kept) == 1 and json.loads(kept[0])["failure"]["cls"] == "timeout"
+    saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    assert saved["config"]["research"]["sandbox"]["wall_timeout_s"] is None
+    assert saved["overrides"][-1] == "research.sandbox.wall_timeout_s=null"
+    state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
+    assert state["status"] == "finished" and state["best_value"] >= baseline.objective_value
+
+
 @pytest.mark.slow
 def test_killed_again_and_again_the_run_finishes_consistent(repo: Path, runs: Path, tmp_path: Path) -> None:
     run_id = "killed"

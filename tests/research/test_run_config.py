@@ -41,3 +41,20 @@ def test_bad_alpha_and_proposer_are_one_line_errors() -> None:
         load_run_setup(["research.loop.alpha=1.5"])
     with pytest.raises(ConfigError, match="research.proposer"):
         load_run_setup(["research.proposer=genius"])
+
+
+def test_a_resume_may_change_how_long_and_where_a_run_goes_on_but_not_what_it_measures() -> None:
+    from dataclasses import asdict
+
+    from harness.errors import ConfigError
+    from research.config import resume_overrides, run_setup_from_dict
+
+    setup = load_run_setup(["research.budget.experiments=2"])
+    raw = setup.eval.raw | {"research": asdict(setup.research)}
+    more = resume_overrides(raw, ["research.budget.experiments=10", "research.sandbox.wall_timeout_s=7200", "workers=1"])
+    again = run_setup_from_dict(more)
+    assert (again.research.budget.experiments, again.research.sandbox.wall_timeout_s) == (10, 7200)
+    assert again.eval.eval.workers == 1 and raw["research"]["budget"]["experiments"] == 2  # the saved one is untouched
+    for item in ("memory.retrieval.top_k=9", "sample=full", "research.proposer=optuna", "objective=f1", "workers"):
+        with pytest.raises(ConfigError, match="would change what the run measures"):
+            resume_overrides(raw, [item])

@@ -1,0 +1,79 @@
+"""bench_reader's rows and pairing, on rows scored by the real scorers and aggregated by the real runner."""
+
+from __future__ import annotations
+
+from benchmarks.datasets.schema import Question
+from benchmarks.runner import aggregate
+from benchmarks.scoring import score_question
+from research.perf.bench_reader import compare, profile_of, render, render_sources, sources_of_difference, summarize
+
+MEMGALLERY = [
+    Question("m:1", "m", "What colour is the cat?", "black", "VS", ("t1",)),
+    Question("m:2", "m", "Where did Ann travel?", "Paris", "TR", ("t2",)),
+    Question("m:3", "m", "What did Ann eat?", "pasta", "FR", ("t3",)),
+]
+LOCOMO = [
+    Question("l:1", "l", "When did Mel run?", "7 May 2023", "2", ("D1:1",)),
+    Question("l:2", "l", "What did Mel paint?", "a sunset", "4", ("D1:2",)),
+    Question("l:3", "l", "What did Mel's brother paint?", "", "5", ("D1:3",), adversarial_answer="a lake"),
+]
+
+
+def rows_of(bench: str, questions: list[Question], predictions: list[str]) -> list[dict]:
+    return [{"question_id": q.id, "category": q.category, "evidence": list(q.evidence),
+             "retrieved_ids": list(q.evidence), "context_ids": list(q.evidence), "context_tokens": 100,
+             "prediction": p, "scores": score_question(bench, p, q), "latency_s": 2.0, "prompt_tokens": 300}
+            for q, p in zip(questions, predictions)]
+
+
+def test_a_memgallery_row_reads_f1_and_em_and_pairs_them_against_the_reference():
+    profile = profile_of("memgallery")
+    rows = {"ref": rows_of("memgallery", MEMGALLERY, ["white", "London", "pasta"]),
+            "cand": rows_of("memgallery", MEMGALLERY, ["black", "Paris", "pasta"])}
+    summaries = {name: summarize(r, aggregate("memgallery", r, with_reader=True), profile) for name, r in rows.items()}
+    assert summaries["ref"]["f1"] == 1 / 3 and summaries["cand"]["f1"] == 1.0
+    assert summaries["cand"]["em"] == 1.0 and summaries["cand"]["per_category_f1"] == {"FR": 1.0, "TR": 1.0, "VS": 1.0}
+    assert "f1_cat1_4" not in summaries["cand"]
+    paired = compare(rows, "ref", profile)
+    assert set(paired["cand"]) == {"f1", "em"} and paired["cand"]["f1"]["n"] == 3
+    assert abs(paired["cand"]["f1"]["mean_delta"] - 2 / 3) < 1e-9
+    table = render({"reference": "ref", "variants": summaries, "paired": paired}, profile)
+    header, _, ref_line, cand_line = table.splitlines()
+    assert "| f1 | em |" in header and "f1 vs ref" in header
+    assert "| 0.333 |" in ref_line and "reference" in ref_line
+    assert cand_line.startswith("| cand | 1.000 | 1.000 |") and "+0.667" in cand_line
+
+
+def test_a_locomo_row_keeps_answerable_and_adversarial_apart():
+    profile = profile_of("locomo")
+    rows = {"ref": rows_of("locomo", LOCOMO, ["7 May 2023", "a dog", "a lake"]),
+            "cand": rows_of("locomo", LOCOMO, ["7 May 2023", "a sunset", "Not mentioned in the conversation"])}
+    summaries = {name: summarize(r, aggregate("locomo", r, with_reader=True), profile) for name, r in rows.items()}
+    assert summaries["cand"]["f1_cat1_4"] == 1.0 and summaries["cand"]["f1_cat5"] == 1.0
+    assert summaries["ref"]["f1_cat5"] == 0.0 and set(summaries["ref"]["per_category_f1"]) == {"2", "4", "5"}
+    paired = compare(rows, "ref", profile)
+    assert paired["cand"]["f1_cat1_4"]["n"] == 2 and paired["cand"]["all_honest"]["n"] == 3
+    assert "f1_cat1_4 vs ref" in render({"reference": "ref", "variants": summaries, "paired": paired}, profile)
+
+
+def test_the_difference_is_split_by_where_the_evidence_was_and_adds_up():
+    ref = rows_of("memgallery", MEMGALLERY, ["white", "Paris", "pasta"])
+    cand = rows_of("memgallery", MEMGALLERY, ["black", "London", "pasta"])
+    ref[0]["context_ids"] = []  # the variant's retrieval found m:1's evidence, the reference's did not
+    sources = sources_of_difference(cand, ref)
+    assert sources["variant only"] == {"n": 1, "better": 1, "worse": 0, "sum_delta": 1.0}
+    assert sources["in both"] == {"n": 2, "better": 0, "worse": 1, "sum_delta": -1.0}
+    total = sum(g["sum_delta"] for g in sources.values())
+    assert abs(total - 3 * compare({"ref": ref, "cand": cand}, "ref", profile_of("memgallery"))["cand"]["f1"]["mean_delta"]) < 1e-9
+    assert "1 / 0 of 1, +1.00" in render_sources({"reference": "ref", "sources": {"cand": sources}})
+
+
+def test_replies_the_gateway_served_from_its_cache_cost_no_reader_seconds():
+    rows = rows_of("locomo", LOCOMO, ["7 May 2023", "a sunset", "a lake"])
+    for r, s in zip(rows, (0.02, 30.0, 50.0)):
+        r["latency_s"] = s  # the first came from the gateway's cache: the row itself does not say so
+    metrics = aggregate("locomo", rows, with_reader=True) | {"reader_cache_hits": 1, "reader_requests": 3}
+    row = summarize(rows, metrics, profile_of("locomo"))
+    assert row["cached_replies"] == 1 and row["seconds_per_q"] == 40.0
+    metrics["reader_cache_hits"] = 3
+    assert summarize(rows, metrics, profile_of("locomo"))["seconds_per_q"] is None
