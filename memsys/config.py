@@ -207,6 +207,7 @@ class AnswerConfig:
     include_metadata: bool = lever(True, "Dates, times and speakers on each memory line")
     group_by_session: bool = lever(False, "Memories grouped by session, oldest first, each under its date")
     type_hints: bool = lever(False, "One prompt line naming the answer's form: date, count, yes/no or a short span")
+    image_ids: bool = lever(True, "A 'which image' question is told to answer with the image's id alone")
     graph_facts_style: str = lever("lines", "Graph facts one per line, or grouped by subject in fewer tokens",
                                    choices=("lines", "compact"))
     max_tokens: int = lever(128, "Reader reply length limit (tokens)", low=16, high=512)

@@ -110,6 +110,7 @@ LIVE_RULES: dict[str, tuple[str, Rule]] = {
     # what fits a binding budget: no config rules it out
     "pyramid.summary_mode": ("always: a candidate left at level 1 shows its summary", lambda c: True),
     "answer.type_hints": ("always (a prompt line); reader-only, so dead for a reader-free objective", lambda c: True),
+    "answer.image_ids": ("always (a prompt line on 'which image' questions); reader-only", lambda c: True),
     "answer.resolve_times": ("always (rewrites the reply); reader-only, so dead for a reader-free objective",
                              lambda c: True),
     "answer.abstain_attribution": ("always (checks the reply); reader-only, so dead for a reader-free objective",

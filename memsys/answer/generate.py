@@ -18,7 +18,7 @@ from string import Template
 from typing import Any
 
 from memsys.answer.attribution import attributed_elsewhere
-from memsys.answer.hints import type_hint
+from memsys.answer.hints import TYPE_HINTS, answer_type, type_hint
 from memsys.answer.times import resolutions, resolve_answer_times
 from memsys.config import AnswerConfig
 from memsys.errors import ConfigError, LLMResponseFormatError
@@ -103,7 +103,12 @@ def render_memories(context: Context, cfg: AnswerConfig) -> str:
 def format_hint(question: str, cfg: AnswerConfig) -> str:
     """The lines after the question: the expected answer form (``type_hints``), then the JSON reply
     instruction (``response_format``); the schema itself goes with the request (answer_question)."""
-    lines = [type_hint(question)] if cfg.type_hints else []
+    if cfg.type_hints:
+        lines = [type_hint(question)]
+    elif cfg.image_ids and answer_type(question) == "image":
+        lines = [TYPE_HINTS["image"]]
+    else:
+        lines = []
     if cfg.response_format and cfg.abstains_by_reader():
         lines.append('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
                      'when no memory states the answer.')

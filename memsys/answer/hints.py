@@ -7,6 +7,10 @@ alone (no LLM), so it is a pure function checked against LoCoMo questions
 (tests/memsys/test_answer_hints.py).
 
 Rules, first match wins:
+- image: it asks "which image" (or picture, photo): the answer is an image id ("D4:IMG_001"), and a small
+  reader given memory lines "D4:IMG_001 <caption>" copies the caption too (Mem-Gallery's VS questions; F1
+  then falls from 1.0 to under 0.2). This one line is on by default (``answer.image_ids``), the rest only
+  with ``answer.type_hints``;
 - date: the question starts with "when" (not a clause: "When Dave was a child, what did ..."), or
   asks which/what year, month, week, day or date ("In which month's game ...", "What year did ...");
 - count: "how many", "how much", "how long" (a duration: "4 years", "10 years ago") and
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 import re
 
-ANSWER_TYPES = ("date", "count", "yes_no", "span")
+ANSWER_TYPES = ("image", "date", "count", "yes_no", "span")
 
+_IMAGE = re.compile(r"\bwhich (image|picture|photo|photograph)s?\b", re.IGNORECASE)
 _DATE = re.compile(r"^\s*(when\b|(in |on |during |for )?(what|which) (year|month|week|day|date)s?\b)", re.IGNORECASE)
 _WHEN_CLAUSE = re.compile(r"^\s*when\b[^?]*,\s*(what|who|whom|where|which|why|how)\b", re.IGNORECASE)
 _COUNT = re.compile(r"\bhow (many|much|long|often|old)\b", re.IGNORECASE)
@@ -33,6 +38,8 @@ _CHOICE = re.compile(r"(?<!/)\bor\b", re.IGNORECASE)  # "and/or" offers no choic
 
 #: the prompt line for each answer type
 TYPE_HINTS = {
+    "image": "Expected answer: the image's id alone, as the memory lines write it (e.g. D4:IMG_001), without its "
+             "caption.",
     "date": "Expected answer: a date or period, written absolutely as in the memory lines (e.g. 7 May 2023, "
             "June 2023, 2022).",
     "count": "Expected answer: a number or amount with its unit (e.g. 3, 4 years, twice a week).",
@@ -43,6 +50,8 @@ TYPE_HINTS = {
 
 def answer_type(question: str) -> str:
     """The answer form a question asks for: one of ``ANSWER_TYPES`` (rules in the module docstring)."""
+    if _IMAGE.search(question):
+        return "image"
     if _DATE.search(question) and not _WHEN_CLAUSE.search(question):
         return "date"
     if _COUNT.search(question):

@@ -51,7 +51,7 @@ def test_a_hand_checked_sample_of_locomo_questions(questions):
 
 def test_the_rules_over_every_locomo_question_of_a_kind(questions):
     texts = list(questions.values())
-    assert {answer_type(q) for q in texts} == set(ANSWER_TYPES)
+    assert {answer_type(q) for q in texts} == set(ANSWER_TYPES) - {"image"}  # LoCoMo never asks which image
     for q in texts:
         kind = answer_type(q)
         if re.match(r"how (many|much|long|often)\b", q, re.IGNORECASE):
@@ -68,3 +68,19 @@ def test_each_type_has_one_prompt_line():
     assert set(TYPE_HINTS) == set(ANSWER_TYPES)
     assert all("\n" not in line and line.startswith("Expected answer: ") for line in TYPE_HINTS.values())
     assert type_hint("How many pets does Andrew have?") == TYPE_HINTS["count"]
+
+
+def test_which_image_asks_for_an_id_and_every_mem_gallery_such_question_has_one():
+    from benchmarks.datasets import load_benchmark
+    from harness.paths import data_dir
+
+    if not (data_dir() / "mem-gallery").is_dir():
+        pytest.skip("Mem-Gallery data absent")
+
+    assert answer_type("which picture is related to the computational power?") == "image"
+    assert answer_type("What picture did Jolene share related to feeling overwhelmed?") == "span"  # a description
+    asked = [q for c in load_benchmark("memgallery").conversations for q in c.questions
+             if answer_type(q.question) == "image"]
+    assert len(asked) > 150 and {q.category for q in asked} >= {"VS"}
+    ids = [q for q in asked if re.fullmatch(r"(D\d+:IMG_\d+[,; ]*)+", q.answer.strip())]
+    assert len(ids) >= 0.95 * len(asked), [q.answer for q in asked if q not in ids][:5]

@@ -74,6 +74,19 @@ def test_type_hints_add_one_line_after_the_question_and_before_the_json_instruct
     assert user_text(q, ctx, no_json).rstrip().endswith(TYPE_HINTS["date"])
 
 
+def test_a_which_image_question_alone_is_told_to_answer_with_the_id(store):
+    asked = ["Which picture shows the sunset Melanie painted?", "What did Melanie paint recently?"]
+    cfg_on, view = reader_view(store, questions=asked)
+    cfg_off, _ = reader_view(store, "memory.answer.image_ids=false", questions=asked)
+    (image_q, image_ctx), (other_q, other_ctx) = view
+    on = user_text(image_q, image_ctx, cfg_on)
+    assert on.index(f"Question: {image_q}") < on.index(TYPE_HINTS["image"]) < on.index(JSON_REPLY)
+    assert on.replace(TYPE_HINTS["image"] + "\n", "") == user_text(image_q, image_ctx, cfg_off)
+    assert user_text(other_q, other_ctx, cfg_on) == user_text(other_q, other_ctx, cfg_off)  # others: not a byte changes
+    hinted, _ = reader_view(store, "memory.answer.type_hints=true", questions=asked)
+    assert TYPE_HINTS["image"] in user_text(image_q, image_ctx, hinted)
+
+
 def test_the_json_schema_reply_path_works_with_hints_and_compact_facts(store, openai_server, monkeypatch):
     monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
     cfg, view = reader_view(store, "memory.answer.type_hints=true", "memory.answer.graph_facts_style=compact")
