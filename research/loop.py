@@ -105,10 +105,10 @@ class ResearchLoop:
         raw = json.loads(paths.config.read_text())
         if overrides:
             raw = {"config": resume_overrides(raw["config"], overrides), "overrides": [*raw.get("overrides", []), *overrides]}
-            setup = run_setup_from_dict(raw["config"], raw["overrides"])  # validated before it is saved
+        setup = run_setup_from_dict(raw["config"], raw.get("overrides", []))  # validated before it is saved
+        if overrides:
             atomic_write_json(paths.config, raw)
-            return cls(setup, run_id, resume=True, **kw)
-        return cls(run_setup_from_dict(raw["config"], raw.get("overrides", [])), run_id, resume=True, **kw)
+        return cls(setup, run_id, resume=True, **kw)
 
     def load_state(self) -> LoopState:
         """The saved state and trajectory of this run (for commands that act on a finished run)."""
