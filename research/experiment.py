@@ -219,6 +219,10 @@ class Experiment:
             after = resolve(parent, prop.config_overrides)
         except ConfigError as exc:
             return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, str(exc), code_changed=True), "propose")
+        lacking = [o for o in prop.config_overrides if o.split("=", 1)[0].strip().removeprefix("memory.") in self.loop.absent_at(self.rec.parent_commit)]
+        if lacking:
+            msg = f"{'; '.join(lacking)}: this run's memsys has no such key (it is older than this checkout's schema)"
+            return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, msg, code_changed=True), "propose")
         reason = static_noop(parent, prop.config_overrides)
         if not reason and self.loop.setup.eval.eval.reader == "none" and all(
                 o.removeprefix("memory.").startswith("answer.") for o in prop.config_overrides):

@@ -307,8 +307,32 @@ def reader_only(lever: Lever) -> bool:
     return all(p.startswith("answer.") for p in lever.sets)
 
 
-def live_levers(cfg: MemoryConfig, *, reader_free: bool = False) -> list[Lever]:
-    return [lv for lv in _catalogue() if lv.live_if(cfg) and not (reader_free and reader_only(lv))]
+def live_levers(cfg: MemoryConfig, *, reader_free: bool = False, absent: Collection[str] = ()) -> list[Lever]:
+    """``absent``: ids of levers the evaluated memsys does not have (see ``absent_levers``), never live."""
+    return [lv for lv in _catalogue()
+            if lv.id not in absent and lv.live_if(cfg) and not (reader_free and reader_only(lv))]
+
+
+def flat_paths(tree: Mapping[str, Any], prefix: str = "") -> set[str]:
+    """Every dotted key path of a nested mapping, inner nodes included (``answer``, ``answer.prompt``)."""
+    out: set[str] = set()
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        out.add(path)
+        if isinstance(value, Mapping):
+            out |= flat_paths(value, path + ".")
+    return out
+
+
+def absent_levers(known_paths: Collection[str]) -> list[str]:
+    """Ids of the levers that set a key the evaluated memsys lacks.
+
+    The catalogue is this checkout's schema; the run evaluates its repo's memsys/, which can be older (a
+    run resumed after the harness was upgraded, or ``research.repo`` on an older tree) or edited. A lever
+    it lacks fails every evaluation at config composition, so it must not be offered nor sampled.
+    ``known_paths``: the keys of the memory config the run's own code resolved (``flat_paths``)."""
+    known = set(known_paths)
+    return [lv.id for lv in _catalogue() if any(p not in known for p in lv.sets)]
 
 
 def _probes(lever: Lever) -> list[Any]:
@@ -316,7 +340,7 @@ def _probes(lever: Lever) -> list[Any]:
 
 
 def coupled_levers(cfg: MemoryConfig, chosen: Sequence[str], *, reader_free: bool = False,
-                   most: int = 6) -> list[str]:
+                   most: int = 6, absent: Collection[str] = ()) -> list[str]:
     """Field levers that must move with ``chosen`` for a change of them to reach its range.
 
     A menu shows only live levers, so a model that picks ``retrieval.merge`` under ``dense_only`` cannot
@@ -327,7 +351,8 @@ def coupled_levers(cfg: MemoryConfig, chosen: Sequence[str], *, reader_free: boo
     lever's ends and choices, not from a hand-written table, so it follows LIVE_RULES and SPAN_CAPS.
     At most ``most`` are added, in catalogue order.
     """
-    fields = [lv for lv in _catalogue() if not lv.is_macro and not (reader_free and reader_only(lv))]
+    fields = [lv for lv in _catalogue()
+              if not lv.is_macro and lv.id not in absent and not (reader_free and reader_only(lv))]
     by_id = {lv.id: lv for lv in fields}
     picked = [by_id[i] for i in chosen if i in by_id]
     live_now = {lv.id for lv in fields if lv.live_if(cfg)}
@@ -362,9 +387,10 @@ def _values_text(lever: Lever, cfg: MemoryConfig) -> str:
 
 
 def offered_levers(cfg: MemoryConfig, *, reader_free: bool = False,
-                   withheld: Collection[str] = ()) -> list[Lever]:
-    """The live levers a menu offers: ``withheld`` ones left out, unless that would leave none."""
-    live = live_levers(cfg, reader_free=reader_free)
+                   withheld: Collection[str] = (), absent: Collection[str] = ()) -> list[Lever]:
+    """The live levers a menu offers: ``withheld`` ones left out, unless that would leave none
+    (``absent`` ones always: the evaluated memsys lacks them)."""
+    live = live_levers(cfg, reader_free=reader_free, absent=absent)
     offered = [lv for lv in live if lv.id not in withheld]
     return offered or live
 
@@ -376,19 +402,20 @@ def levers_of(overrides: Sequence[str]) -> list[str]:
     return [lv.id for lv in _catalogue() if lv.sets and set(lv.sets) <= paths]
 
 
-def render_levers(cfg: MemoryConfig, *, reader_free: bool = False, withheld: Mapping[str, str] | None = None) -> str:
+def render_levers(cfg: MemoryConfig, *, reader_free: bool = False, withheld: Mapping[str, str] | None = None,
+                  absent: Collection[str] = ()) -> str:
     """One line per live lever, ``id = current  [values that act]  effect`` (dead levers left out).
 
     ``withheld``: lever id -> why it is not offered now; those leave the list for one closing line
     that says why, so the model knows they exist and what became of them."""
     withheld = withheld or {}
-    offered = offered_levers(cfg, reader_free=reader_free, withheld=withheld)
+    offered = offered_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent)
     lines = []
     for lv in offered:
         cur = lv.current(cfg)
         lines.append(f"{lv.id} = {'-' if cur is None else format_value(cur)}  {_values_text(lv, cfg)}  {lv.effect}")
     shown = {lv.id for lv in offered}
-    live = {lv.id for lv in live_levers(cfg, reader_free=reader_free)}  # a dead lever is not shown either way
+    live = {lv.id for lv in live_levers(cfg, reader_free=reader_free, absent=absent)}  # dead: not shown either way
     left_out = [f"{i} ({why})" for i, why in withheld.items() if i in live and i not in shown]
     if left_out:
         lines.append("Not offered now: " + "; ".join(left_out))
@@ -474,7 +501,7 @@ def _value_schema(lever: Lever, cfg: MemoryConfig) -> dict[str, Any]:
 
 
 def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = False,
-                withheld: Collection[str] = ()) -> dict[str, Any]:
+                withheld: Collection[str] = (), absent: Collection[str] = ()) -> dict[str, Any]:
     """JSON schema of a menu reply: 1..max_changes changes, each a live lever with a value that can act.
     Uses only what llama.cpp's json-schema-to-grammar supports (anyOf, const, enum, integer bounds).
 
@@ -483,7 +510,7 @@ def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = 
     items = [{"type": "object",
               "properties": {"lever": {"const": lv.id}, "value": _value_schema(lv, cfg)},
               "required": ["lever", "value"], "additionalProperties": False}
-             for lv in offered_levers(cfg, reader_free=reader_free, withheld=withheld)]
+             for lv in offered_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent)]
     if not items:
         raise ProposalFormatError("no live lever in this config")
     return {"type": "object",

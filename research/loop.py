@@ -89,6 +89,7 @@ class ResearchLoop:
         self.shared_cache = SharedCache.for_split(cache_dir(), "dev")
         self.heldout_cache = SharedCache.for_split(cache_dir(), "test")
         self._configs: dict[str, Any] = {}
+        self._absent: dict[str, frozenset[str]] = {}  # commit -> levers the memsys there lacks
         self.round_keys: dict[str, str] = {}  # effective key -> candidate of the round in progress (research.parallel)
 
     now = staticmethod(_now)
@@ -396,6 +397,26 @@ class ResearchLoop:
                 self._configs[commit] = None
         return self._configs[commit]
 
+    def absent_at(self, commit: str) -> frozenset[str]:
+        """Levers of this checkout's catalogue that the memsys at ``commit`` does not declare (a run
+        resumed after an upgrade, ``research.repo`` on an older tree, an edit that removed a field).
+        Read from that tree's config source, never imported (research/target_schema.py)."""
+        if commit not in self._absent:
+            from research.levers import absent_levers
+            from research.target_schema import CONFIG_SOURCE, schema_paths
+
+            try:
+                paths = schema_paths(self.ws.file_at(commit, CONFIG_SOURCE))
+            except Exception as exc:  # an unreadable tree: nothing is known to be absent
+                log.debug("no config source at %s: %s", commit[:10], exc)
+                paths = None
+            absent = frozenset(absent_levers(paths) if paths is not None else ())
+            if absent and absent not in self._absent.values():  # said once per distinct set
+                self.on_event("note", {"text": f"not offered: {', '.join(sorted(absent))} (this checkout's "
+                                               f"schema has them, the memsys at {commit[:10]} does not)"})
+            self._absent[commit] = absent
+        return self._absent[commit]
+
     def code_tree(self, commit: str) -> str:
         """The tree hash of memsys/ at ``commit``: code identity independent of commit history."""
         return self.ws.tree_id(commit, "memsys")
@@ -677,10 +698,11 @@ class ResearchLoop:
         cfg = self.config_at(st.start_commit) or self.config_at(st.best_commit)
         reader_free = self.setup.eval.eval.reader == "none"
         withheld = withheld_levers(self.records, st.start_commit, pivot=st.mode == "pivot")
-        knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld) if cfg is not None
+        absent = self.absent_at(st.start_commit)
+        knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent) if cfg is not None
                  else "(the preset no longer parses with the base schema)")
         ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)
-        ctx.reader_free, ctx.withheld = reader_free, withheld
+        ctx.reader_free, ctx.withheld, ctx.absent = reader_free, withheld, absent
         if cfg is not None:
             ctx.memory = cfg
         return ctx

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 from memsys.config import MemoryConfig
 from research.levers import Lever, catalogue, optuna_distribution, params_of
@@ -130,14 +130,14 @@ class SharedStudy:
             new += 1
         return new
 
-    def suggest(self, lever_ids: Sequence[str] | None, step_seed: int) -> dict[str, Any]:
-        """TPE values for ``lever_ids`` (all field levers when None), seeded per step so that a
-        resumed run asks the same question of the same history (a shared storage adds other drivers'
-        trials to that history first)."""
+    def suggest(self, lever_ids: Sequence[str] | None, step_seed: int, absent: Collection[str] = ()) -> dict[str, Any]:
+        """TPE values for ``lever_ids`` (all field levers when None, but those the evaluated memsys lacks:
+        ``absent``), seeded per step so that a resumed run asks the same question of the same history (a
+        shared storage adds other drivers' trials to that history first)."""
         self.pull()
         self.study.sampler = self._sampler(step_seed)
         trial = self.study.ask()
-        chosen = [lv for lv in self.levers if lever_ids is None or lv.id in lever_ids]
+        chosen = [lv for lv in self.levers if (lever_ids is None or lv.id in lever_ids) and lv.id not in absent]
         values = {}
         for lv in chosen:
             d = self.distributions[lv.id]

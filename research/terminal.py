@@ -60,6 +60,7 @@ class EventPrinter:
       hypothesis, the failure or rejection, and the lesson;
     - ``started``: {experiment, stage, node, host} (executor=ray) as the evaluation starts on a node:
       "exp-004 evaluate on node ab12cd34ef56: started on host-2"; ``placed`` the same when it ends;
+    - ``note``: {text}, one line the loop wants the user to see (levers the run's memsys lacks);
     - ``sandbox``, ``propose``, ``heal``, ``confirm``, ``confirmed`` as before.
 
     Any other kind is ignored, and a missing field never raises (the printer must not stop the loop).
@@ -72,7 +73,7 @@ class EventPrinter:
         self._handlers = {"sandbox": self._sandbox, "propose": self._propose, "stage": self._stage,
                           "progress": self._progress, "experiment": self._experiment, "heal": self._heal,
                           "confirm": self._confirm, "confirmed": self._confirmed, "executor": self._executor,
-                          "started": self._started, "placed": self._placed}
+                          "started": self._started, "placed": self._placed, "note": self._note}
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         handler = self._handlers.get(kind)
@@ -99,6 +100,9 @@ class EventPrinter:
 
     def _executor(self, d: dict[str, Any]) -> None:
         self._print(Text(f"executor {d.get('executor', '?')}: {d.get('detail') or 'evaluations run here'}", style="dim"))
+
+    def _note(self, d: dict[str, Any]) -> None:
+        self._print(Text(str(d.get("text", "")), style="dim"))
 
     def _started(self, d: dict[str, Any]) -> None:
         """Where an evaluation's untrusted half started (research.executor=ray), before it ends."""

@@ -77,7 +77,8 @@ class HybridProposer(Proposer):
     def _live_ids(self, ctx: ResearchContext) -> tuple[list[str], str]:
         """The levers a new hypothesis may name, and the line that tells the model which were left out."""
         tunable = {lv.id for lv in field_levers()}
-        ids = [lv.id for lv in offered_levers(ctx.memory, reader_free=ctx.reader_free, withheld=ctx.withheld)
+        ids = [lv.id for lv in offered_levers(ctx.memory, reader_free=ctx.reader_free, withheld=ctx.withheld,
+                                              absent=ctx.absent)
                if lv.id in tunable]
         if not ids:
             raise ProposalFormatError("no live field lever to tune in the best config")
@@ -130,7 +131,7 @@ class HybridProposer(Proposer):
 
     def _explore(self, ctx: ResearchContext) -> Proposal:
         """TPE over every field lever (what research.proposer=optuna asks for at this step seed)."""
-        values = self.study.suggest(None, ctx.seed)
+        values = self.study.suggest(None, ctx.seed, absent=ctx.absent)
         return Proposal(f"{EXPLORE_HYPOTHESIS} (step seed {ctx.seed})", "hyperparameter_tuning",
                         "a jump the lever-by-lever hypotheses cannot make", [], overrides_of(values), seed=ctx.seed)
 
@@ -140,11 +141,12 @@ class HybridProposer(Proposer):
             hyp, tokens, cost, expected = head.hypothesis, head.tokens, head.cost_usd, head.expected_effect
             space = list(head.subspace)
             if self.coupled > 0 and ctx.memory is not None:
-                space += coupled_levers(ctx.memory, space, reader_free=ctx.reader_free, most=self.coupled)
+                space += coupled_levers(ctx.memory, space, reader_free=ctx.reader_free, most=self.coupled,
+                                        absent=ctx.absent)
         else:
             hyp, space, expected = current
             tokens, cost = 0, 0.0
-        values = self.study.suggest(space, ctx.seed)
+        values = self.study.suggest(space, ctx.seed, absent=ctx.absent)
         return Proposal(hyp, "hyperparameter_tuning", expected, [], overrides_of(values), tokens=tokens,
                         cost_usd=cost, seed=ctx.seed, subspace=list(space))
 

@@ -191,7 +191,8 @@ class LLMProposer(Proposer):
         if self.mode == "menu":
             from research.levers import menu_schema
 
-            return menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free, withheld=ctx.withheld)
+            return menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free, withheld=ctx.withheld,
+                               absent=ctx.absent)
         return CODE_SCHEMA
 
     def _parse(self, data: Any, ctx: ResearchContext) -> Proposal:

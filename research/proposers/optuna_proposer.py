@@ -17,6 +17,6 @@ class OptunaProposer(Proposer):
         self.study = study
 
     def propose(self, ctx: ResearchContext) -> Proposal:
-        values = self.study.suggest(None, ctx.seed)
+        values = self.study.suggest(None, ctx.seed, absent=ctx.absent)
         return Proposal(f"TPE sample of the config space (step seed {ctx.seed})", "hyperparameter_tuning", "",
                         [], overrides_of(values), seed=ctx.seed)

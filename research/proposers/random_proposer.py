@@ -28,7 +28,7 @@ class RandomProposer(Proposer):
 
     def propose(self, ctx: ResearchContext) -> Proposal:
         rng = random.Random(ctx.seed)
-        levers = live_levers(ctx.memory, reader_free=ctx.reader_free)
+        levers = live_levers(ctx.memory, reader_free=ctx.reader_free, absent=ctx.absent)
         for _ in range(50):  # a draw equal to the current value is no change: draw again
             lever = rng.choice(levers)
             value = draw(lever, rng)

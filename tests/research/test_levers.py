@@ -31,10 +31,12 @@ from research.levers import (
     MENU_INTS,
     SPAN_CAPS,
     Lever,
+    absent_levers,
     catalogue,
     coupled_levers,
     effective_key,
     effective_view,
+    flat_paths,
     get_path,
     int_menu,
     levers_of,
@@ -145,6 +147,24 @@ def test_render_levers_is_one_short_line_per_live_lever():
     text = render_levers(load_memory_config("naive"))
     assert "retrieval.top_k = 5  [2..5]" in text and "answer.response_format = false  {true}" in text
     assert "widen_hybrid = -  [2..60]" in text
+
+
+def test_levers_an_older_memsys_lacks_are_absent_and_never_offered():
+    """The catalogue is this checkout's schema; a run may evaluate an older memsys (resumed after an
+    upgrade, or research.repo on an older tree). The keys that memsys declares decide what is offered."""
+    cfg = load_memory_config("omni")
+    known = flat_paths(to_container(cfg))
+    assert {"answer", "answer.image_ids", "retrieval.top_k"} <= known
+    assert absent_levers(known) == []
+    older = known - {"answer.image_ids", "retrieval.dense_k"}
+    absent = absent_levers(older)
+    assert {"answer.image_ids", "retrieval.dense_k", "widen_dense"} <= set(absent)  # a macro writing dense_k too
+    assert all(set(lv.sets) <= older for lv in catalogue() if lv.id not in absent)
+    assert not {lv.id for lv in live_levers(cfg, absent=absent)} & set(absent)
+    assert "answer.image_ids" in render_levers(cfg) and "answer.image_ids" not in render_levers(cfg, absent=absent)
+    items = menu_schema(cfg, absent=absent)["properties"]["changes"]["items"]["anyOf"]
+    assert not {i["properties"]["lever"]["const"] for i in items} & set(absent)
+    assert not set(coupled_levers(cfg, ["retrieval.top_k"], absent=absent)) & set(absent)
 
 
 # ---------------------------------------------------------------- resolve

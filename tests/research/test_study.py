@@ -11,7 +11,7 @@ from harness.errors import ConfigError
 from memsys.config import load_memory_config
 from research.levers import resolve
 from research.study import ORIGIN, SharedStudy, open_storage
-from tests.support.loop import scripted_setup
+from tests.support.loop import git, scripted_setup
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,27 @@ def test_runs_on_one_storage_share_their_evaluated_experiments(tmp_path: Path, r
     assert {f"driver-1/{i.split('/')[1]}" for i in measured} <= {t.user_attrs.get(ORIGIN) for t in second.study.study.trials}
     origins = [t.user_attrs[ORIGIN] for t in _shared_trials(spec, "drivers")]
     assert len(origins) == len(set(origins)) and any(o.startswith("driver-2/") for o in origins)
+
+
+@pytest.mark.slow
+def test_a_run_on_an_older_memsys_never_samples_a_lever_its_schema_lacks(repo: Path, runs: Path) -> None:
+    """Found by resuming reader-loop-hybrid after the harness gained answer.image_ids: every TPE draw set
+    it, and the run's older memsys failed each one at config composition. The levers offered and sampled
+    are now those the run's own memsys declares."""
+    from research.loop import ResearchLoop
+
+    config = repo / "memsys" / "config.py"
+    text = config.read_text()
+    field = next(line for line in text.splitlines(keepends=True) if line.strip().startswith("image_ids:"))
+    config.write_text(text.replace(field, ""))
+    generate = repo / "memsys" / "answer" / "generate.py"
+    generate.write_text(generate.read_text().replace("cfg.image_ids and", "False and"))
+    git(repo, "commit", "-qam", "an older memsys: no answer.image_ids")
+    loop = ResearchLoop(scripted_setup(repo, 2, "research.proposer=optuna", "memory.embedder.backend=hashing"), "older")
+    st = loop.run()
+    assert loop.absent_at(loop.state.base_commit) == {"answer.image_ids"}
+    tried = [r for r in loop.records if r.decision != "baseline"]
+    assert len(tried) == 2 and st.evaluated == 2
+    assert all(r.decision not in ("failed", "rejected") for r in tried), [r.failure for r in tried]
+    assert all(len(r.config_overrides) > 20 for r in tried)  # TPE draws over every other field lever
+    assert not any("image_ids" in o for r in tried for o in r.config_overrides)
