@@ -46,10 +46,19 @@ class LoopConfig:
     duplicate_temperature: float = 0.8
     failed_questions_shown: int = 5
     context_budget_tokens: int = 2500
+    # futility probe (reader objectives only): a candidate is first answered on this smaller named sample,
+    # paired with the best on the questions both share; clearly worse there (the CI of the difference below 0
+    # and p_worse < probe_alpha) stops it before the rest of the reader run. Otherwise the full evaluation
+    # follows, and the probe's replies come back from the reply cache. None: every candidate is answered in full.
+    probe_sample: str | None = "small"
+    probe_alpha: float = 0.01
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise ConfigError(f"research.loop.alpha must be in (0, 1), got {self.alpha}")
+        if not 0.0 < self.probe_alpha <= self.alpha:
+            raise ConfigError(f"research.loop.probe_alpha must be in (0, alpha={self.alpha}], got {self.probe_alpha}: "
+                              "stopping early must be at least as sure as calling a fall a degradation")
 
 
 @dataclass
@@ -202,12 +211,18 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
+    probe = rc.loop.probe_sample
+    if probe and probe not in ev.benchmark.samples:
+        raise ConfigError(f"research.loop.probe_sample={probe!r} is not a sample of {ev.benchmark.name} "
+                          f"(known: {', '.join(sorted(ev.benchmark.samples))}); null turns the probe off")
     return RunSetup(ev, rc, list(overrides))
 
 
-#: what ``memsys run --resume <run> key=value`` may change: how long and where the run goes on, not what it
-#: measures (memory, benchmark, sample, objective, reader or proposer would make its records incomparable)
-RESUMABLE_KEYS = ("research.budget.", "research.sandbox.", "research.ray.", "research.executor", "workers")
+#: what ``memsys run --resume <run> key=value`` may change: how long, where and how thriftily the run goes on, not
+#: what it measures (memory, benchmark, sample, objective, reader or proposer would make its records incomparable)
+# research.loop.probe_*: how cheaply a clearly worse candidate is stopped, not how a full evaluation measures
+RESUMABLE_KEYS = ("research.budget.", "research.sandbox.", "research.ray.", "research.executor", "workers",
+                  "research.loop.probe_")
 
 
 def resume_overrides(raw: dict, overrides: Sequence[str]) -> dict:
@@ -220,7 +235,7 @@ def resume_overrides(raw: dict, overrides: Sequence[str]) -> dict:
     for item in overrides:
         key, eq, _ = item.lstrip("+").partition("=")
         if not eq or not any(key == k.rstrip(".") or key.startswith(k) for k in RESUMABLE_KEYS):
-            raise ConfigError(f"--resume takes only {', '.join(k.rstrip('.') + ('*' if k.endswith('.') else '') for k in RESUMABLE_KEYS)} "
+            raise ConfigError(f"--resume takes only {', '.join(k.rstrip('.') + ('*' if k.endswith(('.', '_')) else '') for k in RESUMABLE_KEYS)} "
                               f"overrides; {item!r} would change what the run measures: start a new run for it")
         dotted = OmegaConf.from_dotlist([item.lstrip("+")])
         OmegaConf.update(cfg, key, OmegaConf.select(dotted, key), merge=True)

@@ -74,9 +74,15 @@ class Screen:
 
 @dataclass
 class Measured:
-    outcome: Any  # EvalOutcome of the objective's evaluation
+    outcome: Any  # EvalOutcome of the objective's evaluation (the probe's, when it stopped the candidate)
     screen: Screen
     rows: list[dict[str, Any]] = field(default_factory=list)
+    probe: dict[str, Any] = field(default_factory=dict)  # the futility probe's verdict (research.measure.probe_verdict)
+    probe_test: Any = None  # its PairedTest against the best on the probe's questions
+
+    @property
+    def stopped_early(self) -> bool:
+        return bool(self.probe.get("stopped"))
 
 
 def digests(rows: list[dict[str, Any]], field: str = "input_sha256") -> dict[str, str]:
@@ -148,7 +154,7 @@ class Experiment:
     def _durations(self) -> None:
         d = self.rec.durations
         d["total_s"] = time.perf_counter() - self.t0
-        measured = sum(d.get(k, 0.0) for k in ("propose_s", "screen_s", "eval_s", "check_s"))
+        measured = sum(d.get(k, 0.0) for k in ("propose_s", "screen_s", "probe_s", "eval_s", "check_s"))
         d["overhead_s"] = max(0.0, d["total_s"] - measured)  # worktree, apply, commit, bookkeeping
 
     # ------------------------------------------------------------------ propose + static screen
@@ -357,16 +363,26 @@ class Experiment:
         rec.objective_value, rec.metrics = out.objective_value, out.result["metrics"]
         rec.eval_run_id, rec.mlflow_run_id = out.result["run_id"], out.result.get("mlflow_run_id")
         rec.eval_dir = loop.relative(loop.eval_dir(out))
-        test = None
-        try:
-            test = paired_test(per_question(rec.objective, m.rows), per_question(rec.objective, loop.rows(st.best_eval_dir)),
-                               confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+        test = m.probe_test
+        if m.stopped_early:  # on the run's scale: the best's value plus what the probe's questions measured
+            rec.objective_value = st.best_value + test.mean_delta
             rec.test = test.to_dict()
-        except (ConfigError, ValueError) as exc:
-            rec.test = {"error": str(exc)}
+        else:
+            try:
+                test = paired_test(per_question(rec.objective, m.rows), per_question(rec.objective, loop.rows(st.best_eval_dir)),
+                                   confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+                rec.test = test.to_dict()
+            except (ConfigError, ValueError) as exc:
+                rec.test = {"error": str(exc)}
         ds = D.DecisionState(st.best_value, st.consecutive_degradations, st.iterations_on_hypothesis, st.pivots)
-        return D.decide(ds, rec.objective_value, test, min_rel_improvement=lc.min_rel_improvement, alpha=lc.alpha,
-                        max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
+        d = D.decide(ds, rec.objective_value, test, min_rel_improvement=lc.min_rel_improvement, alpha=lc.alpha,
+                     max_iterations=lc.max_iterations_per_hypothesis, degradations_to_pivot=lc.degradations_to_pivot)
+        if m.stopped_early:
+            p = m.probe
+            d = dataclasses.replace(d, reason=f"{d.reason}; stopped after the probe: {p['questions']} of {p['of']} "
+                                    f"questions ({p['sample']}), clearly worse (CI below 0, p_worse={p['p_worse']:.3g} "
+                                    f"< {p['alpha']:g})")
+        return d
 
     def conclude(self, prop: Proposal, d: D.Decision) -> None:
         """Record the decision (the journal, then the state that folds it)."""

@@ -356,6 +356,20 @@ def running_gateway(socket_path: Path | str) -> "LLMGateway | None":
         return _RUNNING.get(str(socket_path))
 
 
+def _checked_upstream(url: str, model: str, dialect: str, socket_path: Path) -> Any:
+    """The upstream URL's parts, or ConfigError naming what a gateway cannot be built with."""
+    if dialect not in UPSTREAM_DIALECTS:
+        raise ConfigError(f"LLMGateway upstream_dialect must be {' | '.join(UPSTREAM_DIALECTS)}, got {dialect!r}")
+    if not model:
+        raise ConfigError("LLMGateway needs the model name to force on every request")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"LLMGateway upstream must be an http(s) URL, got {url!r}")
+    if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH_BYTES:
+        raise ConfigError(f"LLMGateway socket path is longer than {_MAX_SOCKET_PATH_BYTES} bytes: {socket_path}")
+    return parts
+
+
 class LLMGateway:
     """OpenAI-protocol HTTP server on a Unix socket that forwards to one upstream model."""
 
@@ -385,19 +399,8 @@ class LLMGateway:
         the child's form, as the direct client's does). ``embedded`` (a
         research.node_llm.EmbeddedModel) says the upstream is the embedded model, which a Ray node
         can serve itself: :meth:`route_to_nodes` then sends a node's calls to its own server."""
-        if upstream_dialect not in UPSTREAM_DIALECTS:
-            raise ConfigError(f"LLMGateway upstream_dialect must be {' | '.join(UPSTREAM_DIALECTS)}, "
-                              f"got {upstream_dialect!r}")
-        if not model:
-            raise ConfigError("LLMGateway needs the model name to force on every request")
-        parts = urlsplit(upstream_base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(f"LLMGateway upstream must be an http(s) URL, got {upstream_base_url!r}")
+        parts = _checked_upstream(upstream_base_url, model, upstream_dialect, Path(socket_path))
         self.socket_path = Path(socket_path)
-        if len(os.fsencode(self.socket_path)) > _MAX_SOCKET_PATH_BYTES:
-            raise ConfigError(
-                f"LLMGateway socket path is longer than {_MAX_SOCKET_PATH_BYTES} bytes: {self.socket_path}"
-            )
         self.upstream_base_url = upstream_base_url.rstrip("/")
         self.upstream_host = parts.hostname or parts.netloc  # for messages: never userinfo or query
         if parts.port:

@@ -131,6 +131,8 @@ def describe_outcome(rec: ExperimentRecord, objective: str, alpha: float = ALPHA
         text = f"{objective} {mean:+.3f} [{float(t['ci_low']):.2f}, {float(t['ci_high']):.2f}]"
         if t.get("n"):
             text += f" over {t['n']} questions"
+        if (rec.probe or {}).get("stopped"):  # only the probe's questions were answered
+            text += f" (the probe's {rec.probe.get('sample')} sample: stopped there as clearly worse)"
         # p of the direction observed: p_better / p_worse are one-sided p-values
         p = t.get("p_better") if sig == "better" else t.get("p_worse") if sig == "worse" else None
         if p is not None:

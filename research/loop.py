@@ -504,7 +504,8 @@ class ResearchLoop:
                       memory_bytes=int(sc.memory_gb * (1 << 30)),
                       reader_llm=reader_config_for_sandbox(self.setup.eval.llm) if self.gateway and use_reader else {})
         shared = self.heldout_cache if heldout else self.shared_cache  # test-split text never reaches dev sandboxes
-        stage = "screen" if tag.startswith("-screen") else "check" if "check" in tag else "evaluate"
+        stage = ("screen" if tag.startswith("-screen") else "probe" if tag == "-probe" else
+                 "check" if "check" in tag else "evaluate")
 
         def progress(done: int, n: int) -> None:
             self.on_event("progress", {"experiment": exp_id, "stage": stage, "done": done, "total": n})

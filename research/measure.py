@@ -3,7 +3,11 @@
 The cascade of one candidate: a reader-free run on the run's own questions (cheap: no LLM) that
 both catches crashes and hashes the reader's inputs per question; a candidate whose inputs equal
 its parent's everywhere is stopped there ("no effect"). Only then does the reader run (when the
-objective needs one). A failure at either stage is classified and healed by ``plan_heal``: a
+objective needs one): first on the futility probe's smaller nested sample (``research.loop.probe_sample``),
+paired with the best on the questions both answered; a candidate clearly worse there (the whole CI below 0,
+p_worse < ``probe_alpha``) is decided on that evidence, and any other goes on to the full sample, whose
+reader finds the probe's replies in its cache. With a 1.5B reader a LoCoMo question takes 10-20 s, so a
+candidate that loses a third of the score no longer costs the 152-question run to find out. A failure at either stage is classified and healed by ``plan_heal``: a
 repair edit from the researcher, reverting an edit that imported a missing module, backing off,
 a smaller sample, or switching a refused endpoint to the embedded model.
 """
@@ -14,7 +18,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import MemsysError
+from harness.errors import ConfigError, MemsysError
 from research.experiment import Measured, Screen, Stop, compare_inputs, screen_field
 from research.failures import FailureClass, _failure
 from research.healing import edits_without_import, plan_heal
@@ -43,10 +47,15 @@ def measure(exp: "Experiment", prop: Proposal) -> Measured | Stop:
                                                  f"to the parent's on all {screen.questions} questions",
                                                  code_changed=True), "screen", rec.best_before)
         if screen is not None and not reader_free:
-            out = _evaluate(exp, sample, attempt)
+            out, stopped = _probe(exp, screen) if sample is None else (None, None)
+            if stopped is not None:
+                rec.screen = screen.to_dict()
+                return stopped
+            if out is None or out.ok:
+                out = _evaluate(exp, sample, attempt)
         if out.ok or _no_change_result(out):
             rec.screen = screen.to_dict()
-            return Measured(out, screen, loop.rows(loop.eval_dir(out)))
+            return Measured(out, screen, loop.rows(loop.eval_dir(out)), probe=rec.probe)
         action = _heal(exp, prop, out, attempt, tried)
         if action is None:
             break
@@ -82,6 +91,61 @@ def _screen(exp: "Experiment", sample: str | None, attempt: int) -> tuple[Any, S
     s = compare_inputs(loop.rows(loop.state.start_eval_dir), loop.rows(loop.eval_dir(out)), field)
     s.outcome = out
     return out, s
+
+
+def probe_applies(loop: Any) -> str | None:
+    """The probe's sample when this run has one: a reader objective, a probe sample named, smaller than the
+    run's own sample (a run on ``small`` itself, or on ``tiny``, has nothing to save)."""
+    lc, ev = loop.setup.research.loop, loop.setup.eval
+    name = lc.probe_sample
+    if not name or ev.eval.reader == "none":
+        return None
+    sizes = ev.benchmark.samples
+    own = sizes.get(ev.eval.sample or "full", 0) if (ev.eval.sample or "full") != "full" else 0
+    size = sizes.get(name)
+    if not size:  # unknown (refused at setup) or the whole split
+        return None
+    return name if own == 0 or size < own else None
+
+
+def probe_verdict(test: Any, *, sample: str, of: int, alpha: float, min_questions: int = 10) -> dict[str, Any]:
+    """Stop the candidate when the paired difference on the probe's questions is clearly negative: its whole
+    confidence interval below 0 and p_worse < ``alpha`` (stricter than the loop's alpha by default, so a
+    candidate that would have been merely "not better" is never cut short). Pure."""
+    stopped = test.n >= min_questions and test.ci_high < 0 and test.p_worse < alpha
+    return {"sample": sample, "questions": test.n, "of": of, "delta": test.mean_delta, "ci_low": test.ci_low,
+            "ci_high": test.ci_high, "p_worse": test.p_worse, "alpha": alpha, "stopped": stopped}
+
+
+def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
+    """Answer the probe's questions first; a clearly worse candidate stops here (a Measured that says so).
+    A probe that fails is the evaluation's failure (healed as such); one that passes leaves its replies in
+    the reader's cache for the full run."""
+    from research.stats import StatsInputError, paired_test, per_question
+
+    loop, rec = exp.loop, exp.rec
+    name = probe_applies(loop)
+    best_rows = loop.rows(loop.state.best_eval_dir) if name else []
+    if not name or not best_rows:
+        return None, None
+    lc = loop.setup.research.loop
+    loop.stage(rec, "probe", f"{loop.setup.eval.objective} with the reader on {name}, against the best")
+    t = time.perf_counter()
+    out = loop.run_eval(exp.wt, rec, name, "-probe", code_changed=True, edited=getattr(exp, "edited", []))
+    rec.durations["probe_s"] = rec.durations.get("probe_s", 0.0) + time.perf_counter() - t
+    if not out.ok and not _no_change_result(out):
+        return out, None
+    rows = loop.rows(loop.eval_dir(out))
+    try:
+        best = per_question(rec.objective, best_rows)
+        test = paired_test(per_question(rec.objective, rows), best, confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+    except (StatsInputError, ConfigError) as exc:
+        rec.probe = {"sample": name, "error": str(exc), "stopped": False}
+        return out, None
+    rec.probe = probe_verdict(test, sample=name, of=len(best), alpha=lc.probe_alpha)
+    if not rec.probe["stopped"]:
+        return out, None
+    return out, Measured(out, screen, rows, probe=rec.probe, probe_test=test)
 
 
 def _evaluate(exp: "Experiment", sample: str | None, attempt: int) -> Any:

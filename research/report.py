@@ -255,6 +255,16 @@ def _delta_cell(rec: ExperimentRecord) -> str:
     return fmt_delta(delta_of(rec)) + (f' <br><small class="muted">{_e(test)}</small>' if test else "")
 
 
+def _value_cell(rec: ExperimentRecord) -> str:
+    """The value, marked when the futility probe stopped the candidate (an estimate from its questions)."""
+    p = rec.probe or {}
+    if not p.get("stopped"):
+        return fmt(rec.objective_value)
+    why = (f"stopped after the probe: {p.get('questions')} of {p.get('of')} questions ({p.get('sample')}); "
+           "the best's value plus the paired delta there")
+    return f'<span title="{_e(why)}">~{fmt(rec.objective_value)}</span> <small class="muted">probe</small>'
+
+
 def _hypothesis_cell(rec: ExperimentRecord) -> str:
     lesson = f' <br><small class="muted">lesson: {_e(_cut(rec.lesson))}</small>' if rec.lesson else ""
     return _e(_cut(rec.hypothesis) or "—") + lesson
@@ -438,7 +448,7 @@ def rejections_html(records: Sequence[ExperimentRecord]) -> str:
 
 def experiments_html(records: Sequence[ExperimentRecord]) -> str:
     body = [[str(r.index), _e(r.experiment_id), _decision_cell(r), _types_cell(r),
-             fmt(r.objective_value), _delta_cell(r), fmt_pct(r.delta_rel), _hypothesis_cell(r)]
+             _value_cell(r), _delta_cell(r), fmt_pct(r.delta_rel), _hypothesis_cell(r)]
             for r in records]
     return table(["#", "experiment", "decision", "type", "objective", "Δ", "Δ rel", "hypothesis"],
                  body, numeric=(0, 4, 5, 6), cls="experiments")

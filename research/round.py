@@ -36,6 +36,7 @@ from harness.atomic import atomic_write_json
 from research import decide as D
 from research.evaluate import EvalOutcome, read_result
 from research.experiment import Experiment, Measured, Screen, Stop
+from research.stats import PairedTest
 
 if TYPE_CHECKING:
     from research.loop import ResearchLoop
@@ -134,7 +135,8 @@ class Round:
             with self._lock:
                 self.saved[rec.experiment_id] = {"effective_key": rec.effective_key, "result": result.outcome.result,
                                                  "screen": rec.screen, "durations": rec.durations,
-                                                 "reader": rec.reader, "sandbox": rec.sandbox}
+                                                 "reader": rec.reader, "sandbox": rec.sandbox, "probe": rec.probe,
+                                                 "probe_test": result.probe_test.to_dict() if result.probe_test else None}
                 atomic_write_json(self.path, {"start_index": self.cands[0].exp.rec.index, "candidates": self.saved})
         return result
 
@@ -150,7 +152,10 @@ class Round:
         rec.screen, rec.reader, rec.sandbox = s, entry.get("reader") or {}, entry.get("sandbox") or {}
         rec.durations |= entry.get("durations") or {}
         screen = Screen(int(s.get("questions", 0)), int(s.get("changed", 0)), bool(s.get("comparable", False)))
-        return Measured(EvalOutcome(True, result, None, None, "ok"), screen, self.loop.rows(result["run_dir"]))
+        rec.probe = entry.get("probe") or {}
+        test = PairedTest(**entry["probe_test"]) if entry.get("probe_test") else None
+        return Measured(EvalOutcome(True, result, None, None, "ok"), screen, self.loop.rows(result["run_dir"]),
+                        probe=rec.probe, probe_test=test)
 
     def _decide(self) -> None:
         """Every measured candidate against the same best; one takes the round's decision."""

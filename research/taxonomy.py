@@ -251,7 +251,7 @@ class CostTimeRow:
     experiment_id: str
     decision: str
     propose_s: float
-    eval_s: float
+    eval_s: float  # the reader's evaluation: the futility probe and the full run
     overhead_s: float  # total - propose - eval when total is known, else apply + overhead
     total_s: float
     tokens: int
@@ -261,7 +261,7 @@ class CostTimeRow:
 def cost_time_row(rec: ExperimentRecord) -> CostTimeRow:
     d = rec.durations if isinstance(rec.durations, dict) else {}
     get = lambda k: number(d.get(k)) or 0.0  # noqa: E731
-    propose, evaluate = get("propose_s"), get("eval_s")
+    propose, evaluate = get("propose_s"), get("eval_s") + get("probe_s")  # the probe is the reader's run too
     total = get("total_s")
     if total:
         overhead = max(total - propose - evaluate, 0.0)

@@ -47,12 +47,29 @@ def _value(v: float | None) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
+def value_text(r: ExperimentRecord) -> str:
+    """The recorded value; "~" marks one estimated from the futility probe's questions (best + paired delta)."""
+    return ("~" if stopped_early(r) and r.objective_value is not None else "") + _value(r.objective_value)
+
+
+def stopped_early(r: ExperimentRecord) -> bool:
+    return bool((r.probe or {}).get("stopped"))
+
+
+def probe_text(r: ExperimentRecord) -> str:
+    p = r.probe or {}
+    if not p.get("stopped"):
+        return ""
+    return (f"stopped after the probe: {p.get('questions')} of {p.get('of')} questions ({p.get('sample')}), "
+            f"Δ {float(p.get('delta', 0.0)):+.4f} [{float(p.get('ci_low', 0.0)):+.3f}, {float(p.get('ci_high', 0.0)):+.3f}]")
+
+
 class EventPrinter:
     """The loop's ``on_event`` as terminal lines: one per stage, throttled progress, each experiment's outcome.
 
     Events of research/loop.py (kind, data):
 
-    - ``stage``: {experiment, stage, detail}, stage one of propose | screen | apply | evaluate | check |
+    - ``stage``: {experiment, stage, detail}, stage one of propose | screen | apply | probe | evaluate | check |
       decide | record (any other name is printed as well): "exp-003 screen: 152 questions, reader-free";
     - ``progress``: {experiment, stage, done, total[, unit]}: "exp-003 evaluate: 40/152 questions", on a
       terminal one line updated in place, elsewhere at most one line every PROGRESS_STEP of the total;
@@ -170,7 +187,7 @@ def experiment_lines(console: Any, r: ExperimentRecord) -> list[Text]:
     if kind:
         head.append(f": {kind}, not evaluated")
     elif r.objective_value is not None or r.decision not in ("failed", "rejected"):
-        head.append(f" {_value(r.objective_value)}")
+        head.append(f" {value_text(r)}")
         delta = delta_of(r)
         if delta is not None and r.decision != "baseline":
             head.append(f" Δ {delta:+.4f}")
@@ -183,6 +200,8 @@ def experiment_lines(console: Any, r: ExperimentRecord) -> list[Text]:
     text, style = _outcome(r)
     if text:  # a rejection's kind is in the first line already: its message alone here
         lines += wrap_lines(console, str((r.failure or {}).get("message") or "") if kind else text, style=style)
+    if probe_text(r):
+        lines += wrap_lines(console, probe_text(r), style="dim")
     if r.lesson:
         lines += wrap_lines(console, f"lesson: {r.lesson}")
     return lines
@@ -231,7 +250,7 @@ def trajectory_lines(console: Any, records: Sequence[ExperimentRecord], title: s
     rows = []
     for r in records:
         delta = delta_of(r)
-        rows.append((r.experiment_id, r.proposer, r.decision, _value(r.objective_value),
+        rows.append((r.experiment_id, r.proposer, r.decision, value_text(r),
                      "" if delta is None or r.decision == "baseline" else f"{delta:+.4f}", type_abbrev(r)))
     widths = [max([len(c)] + [len(row[i]) for row in rows]) for i, c in enumerate(TABLE_COLUMNS)]
     widths = [min(w, TABLE_CAPS.get(c, w)) for w, c in zip(widths, TABLE_COLUMNS)]
@@ -256,6 +275,8 @@ def trajectory_lines(console: Any, records: Sequence[ExperimentRecord], title: s
         text, style = _outcome(r)
         if text:
             lines += wrap_lines(console, text, style=style)
+        if probe_text(r):
+            lines += wrap_lines(console, probe_text(r), style="dim")
         if r.lesson:
             lines += wrap_lines(console, f"lesson: {r.lesson}", style="dim")
     legend = ", ".join(f"{a} {t.replace('_', ' ')}" for t, a in DISCOVERY_ABBREV.items())

@@ -84,6 +84,9 @@ class ExperimentRecord:
     screen: dict[str, Any] = field(default_factory=dict)  # reader-free screen: questions, changed inputs, verdict
     test: dict[str, Any] = field(default_factory=dict)  # paired test against the best (research.stats.PairedTest)
     check: dict[str, Any] = field(default_factory=dict)  # the disjoint dev slice checked before the best ref moves
+    # the futility probe (reader objectives): the candidate on a smaller nested sample against the best; when
+    # "stopped", objective_value is the best's value plus the paired delta there, and metrics are the probe's
+    probe: dict[str, Any] = field(default_factory=dict)
     lesson: str = ""  # one line the loop learned from this experiment (shown to the researcher)
     effective_key: str = ""  # hash of the live part of the resolved config plus the code diff (repeat detection)
     eval_dir: str = ""  # the scored evaluation this record's value comes from, relative to the run folder

@@ -274,6 +274,30 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, body)])
 
 
+def class_rows(known: list[str], items: list[Injection]) -> list[dict[str, Any]]:
+    """One row per injected class, in catalogue order: what was classified, healed and decided."""
+    rows = []
+    for name in known:
+        mine = [i for i in items if i.name == name]
+        if not mine:
+            continue
+        res = [i.result for i in mine if i.result]
+        rows.append({
+            "class": name, "expected_class": mine[0].expected, "injected": len(mine),
+            "ran": len(res),
+            "classified_correctly": sum(r["classified_correctly"] for r in res),
+            "observed_classes": dict(Counter(str(r["observed_class"]) for r in res)),
+            "healing_actions": dict(Counter(a for r in res for a in r["actions"])),
+            "healed": sum(r["healed"] for r in res),
+            "decisions": dict(Counter(r["decision"] for r in res)),
+            "infrastructure": sorted({r["infrastructure"] for r in res}, key=str),
+            "counted_as_degradation": sum(r["counted_as_degradation"] for r in res),
+            "wall_s": round(sum(r["total_s"] for r in res), 1),
+            "runs": res,
+        })
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=2, help="injections per class (default 2)")
@@ -317,25 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    rows = []
-    for name in known:
-        mine = [i for i in all_items if i.name == name]
-        if not mine:
-            continue
-        res = [i.result for i in mine if i.result]
-        rows.append({
-            "class": name, "expected_class": mine[0].expected, "injected": len(mine),
-            "ran": len(res),
-            "classified_correctly": sum(r["classified_correctly"] for r in res),
-            "observed_classes": dict(Counter(str(r["observed_class"]) for r in res)),
-            "healing_actions": dict(Counter(a for r in res for a in r["actions"])),
-            "healed": sum(r["healed"] for r in res),
-            "decisions": dict(Counter(r["decision"] for r in res)),
-            "infrastructure": sorted({r["infrastructure"] for r in res}, key=str),
-            "counted_as_degradation": sum(r["counted_as_degradation"] for r in res),
-            "wall_s": round(sum(r["total_s"] for r in res), 1),
-            "runs": res,
-        })
+    rows = class_rows(known, all_items)
     report = {
         "bench": "healing", "n_per_class": args.n, "wall_timeout_s": args.wall_timeout,
         "memory_gb": args.memory_gb, "sandbox": sandbox.name, "sample": "tiny", "preset": "naive",

@@ -77,6 +77,13 @@ class RunStats:
     wall_s_per_experiment: list[float]  # durations.total_s, baseline excluded
     wall_s_mean: float | None
     decisions: dict[str, int]
+    # the futility probe (reader runs): candidates stopped on the probe's questions, the reader seconds spent
+    # on probes and on full evaluations, and the full runs the stopped ones did not pay for, estimated at
+    # their own probe's seconds per question
+    stopped_at_probe: int = 0
+    probe_s: float = 0.0
+    eval_s: float = 0.0
+    probe_saved_s_est: float = 0.0
     status: str = ""
     stop_reason: str = ""
     confirmation: dict[str, Any] | None = None  # dev / test, baseline / best, and test_gain
@@ -128,6 +135,20 @@ def confirmation_summary(state: dict[str, Any]) -> dict[str, Any] | None:
             "test_paired": c.get("test_paired") or None}
 
 
+def probe_stats(exps: Sequence[ExperimentRecord]) -> dict[str, Any]:
+    """What the futility probe stopped and what that saved (pure; zeros for runs without a probe)."""
+    def seconds(r: ExperimentRecord, key: str) -> float:
+        return number((r.durations or {}).get(key)) or 0.0
+    stopped = [r for r in exps if (r.probe or {}).get("stopped")]
+    saved = 0.0
+    for r in stopped:
+        n, of = int(r.probe.get("questions") or 0), int(r.probe.get("of") or 0)
+        if n > 0 and of > n:
+            saved += seconds(r, "probe_s") * (of - n) / n
+    return {"stopped_at_probe": len(stopped), "probe_s": round(sum(seconds(r, "probe_s") for r in exps), 1),
+            "eval_s": round(sum(seconds(r, "eval_s") for r in exps), 1), "probe_saved_s_est": round(saved, 1)}
+
+
 def run_stats(run_id: str, proposer: str, seed: int | None, records: Sequence[ExperimentRecord],
               state: dict[str, Any], warnings: Sequence[str] = ()) -> RunStats:
     """The summary of one run from its records and state.json (pure)."""
@@ -145,7 +166,8 @@ def run_stats(run_id: str, proposer: str, seed: int | None, records: Sequence[Ex
         rejected_before_eval=len(rejected), rejected_by_kind=kinds,
         evaluated_noops=sum(1 for r in exps if is_evaluated_noop(r)),
         wall_s_per_experiment=[round(w, 3) for w in walls], wall_s_mean=statistics.fmean(walls) if walls else None,
-        decisions=s.decisions, status=str(state.get("status") or ""), stop_reason=str(state.get("stop_reason") or ""),
+        decisions=s.decisions, **probe_stats(exps),
+        status=str(state.get("status") or ""), stop_reason=str(state.get("stop_reason") or ""),
         confirmation=confirmation_summary(state), warnings=list(warnings))
 
 

@@ -13,7 +13,7 @@ from PIL import Image
 from launcher.main import split_overrides
 from research.config import load_run_setup
 from research.failures import POLICIES, Failure, FailureClass
-from research.perf.bench_proposers import best_curve, main, mean_curve, run_command
+from research.perf.bench_proposers import best_curve, main, mean_curve, probe_stats, run_command
 from research.trajectory import TRAJECTORY_FILE, ExperimentRecord, append_record
 
 
@@ -29,7 +29,7 @@ def rec(run_id: str, index: int, decision: str, value: float | None, best_before
         run_id=run_id, index=index, experiment_id=f"exp-{index:03d}", proposer=kw.pop("proposer", "baseline" if not index else "llm"),
         parent_commit="c0", decision=decision, objective="recall_at_10", objective_value=value, best_before=best_before,
         delta=None if value is None or best_before is None else round(value - best_before, 6),
-        durations={"total_s": total_s}, **kw)
+        durations=kw.pop("durations", {"total_s": total_s}), **kw)
 
 
 def write_run(root: Path, run_id: str, records: list[ExperimentRecord], *, state: dict | None = None,
@@ -206,3 +206,15 @@ def test_paired_compares_two_proposers_bests_on_the_same_questions(tmp_path: Pat
     assert "- seed 0: +0.2500 [" in out.with_suffix(".md").read_text()
     with pytest.raises(SystemExit):
         main(["--dry-run", "--runs", ids[0], "--paired", "hybrid"])
+
+
+def test_probe_stats_count_the_stopped_candidates_and_estimate_the_reader_time_they_saved() -> None:
+    stopped = rec("r", 1, "iterate", 0.05, 0.20, durations={"probe_s": 500.0, "screen_s": 30.0, "total_s": 560.0},
+                  probe={"sample": "small", "questions": 50, "of": 152, "stopped": True})
+    passed = rec("r", 2, "proceed", 0.30, 0.20, durations={"probe_s": 400.0, "eval_s": 900.0, "total_s": 1400.0},
+                 probe={"sample": "small", "questions": 50, "of": 152, "stopped": False})
+    plain = rec("r", 3, "iterate", 0.25, 0.30, durations={"eval_s": 1500.0, "total_s": 1550.0})
+    got = probe_stats([stopped, passed, plain])
+    # the stopped one would have answered 102 more questions at its probe's 10 s a question
+    assert got == {"stopped_at_probe": 1, "probe_s": 900.0, "eval_s": 2400.0, "probe_saved_s_est": 1020.0}
+    assert probe_stats([plain]) == {"stopped_at_probe": 0, "probe_s": 0.0, "eval_s": 1500.0, "probe_saved_s_est": 0.0}
