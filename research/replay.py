@@ -36,6 +36,17 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+def _recorded_run(run_id: str) -> tuple[list[ExperimentRecord], list[str], LoopState, dict[str, Any]]:
+    """The run to replay: its journal (and warnings), state and saved config; RunStateError naming the
+    runs there are when it is not one."""
+    src = runs_dir() / run_id
+    if not (src / "config.json").exists():
+        known = sorted(p.name for p in runs_dir().iterdir() if (p / "trajectory.jsonl").exists()) if runs_dir().exists() else []
+        raise RunStateError(f"no run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
+    records, warnings = read_trajectory(src)
+    return records, warnings, LoopState.load(src), json.loads((src / "config.json").read_text())
+
+
 def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all", console: Any = None,
                new_run_id: str | None = None, llm_opener: Any = None, sandbox: Any = None) -> Path:
     from contextlib import ExitStack
@@ -46,13 +57,7 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
 
     if only not in ONLY:
         raise RunStateError(f"replay --only must be one of {', '.join(ONLY)}, got {only!r}")
-    src = runs_dir() / run_id
-    if not (src / "config.json").exists():
-        known = sorted(p.name for p in runs_dir().iterdir() if (p / "trajectory.jsonl").exists()) if runs_dir().exists() else []
-        raise RunStateError(f"no run '{run_id}' in {runs_dir()}; known: {', '.join(known) or 'none'}")
-    records, warnings = read_trajectory(src)
-    state = LoopState.load(src)
-    raw = json.loads((src / "config.json").read_text())
+    records, warnings, state, raw = _recorded_run(run_id)
     # the replay's own overrides (split=test, llm=..., benchmark=...) win over the recorded ones
     mine = {_key(x) for x in overrides}
     base_overrides = [o for o in raw.get("overrides", []) if _key(o) not in mine]

@@ -77,12 +77,31 @@ def opener_for(server: Any):
 def warm_up(sample: str) -> float:
     """One evaluation of the naive preset in a subprocess (fills the store and embedding caches)."""
     t0 = time.perf_counter()
-    out = Path(os.environ["MEMSYS_RUNS_DIR"]) / "warmup"
-    subprocess.run([sys.executable, "-m", "benchmarks.cli", "eval", "reader=none", f"sample={sample}", "memory=naive",
-                    "split=dev", "mlflow=false", "workers=1", "run_id=warmup", "--no-progress",
-                    "--result-file", str(out / "result.json")],
-                   cwd=REPO_ROOT, check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run([sys.executable, "-m", "launcher.main", "eval", "reader=none", f"sample={sample}", "memory=naive",
+                           "split=dev", "mlflow=false", "workers=1", "run_id=warmup"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if done.returncode != 0:
+        raise SystemExit(f"the warm-up evaluation failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
     return time.perf_counter() - t0
+
+
+def compare_steps(orig: dict[str, Any], rep: dict[str, Any], steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each replayed step beside its original: value, metrics (volatile ones left out), decision, time."""
+    def stable(m: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in m.items() if k not in VOLATILE}
+    out = []
+    for s in steps:
+        o, r = orig[s["experiment_id"]], rep.get(s["experiment_id"])
+        out.append({
+            "experiment_id": s["experiment_id"], "objective": o.objective,
+            "recorded": s["recorded"], "replayed": s["replayed"], "equal": s["recorded"] == s["replayed"],
+            "metrics_equal": r is not None and stable(r.metrics) == stable(o.metrics),
+            "recorded_decision": s["recorded_decision"], "replayed_decision": s["replayed_decision"],
+            "holds": s["holds"], "status": s["status"],
+            "original_s": round(o.durations.get("total_s", 0.0), 2),
+            "replay_s": round(r.durations.get("total_s", 0.0), 2) if r else None,
+        })
+    return out
 
 
 def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
@@ -99,8 +118,9 @@ def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
         warm = 0.0 if cold else warm_up(sample)
         repo = make_scratch_repo(tmp / "repo")
         setup = load_run_setup([
-            "reader=none", f"sample={sample}", "mlflow=false", "research.sandbox.backend=process",
-            f"research.repo={repo}", "research.proposer=llm", f"research.budget.experiments={len(PROPOSALS)}",
+            "reader=none", f"sample={sample}", "mlflow=false", "research.sandbox.backend=auto",
+            f"research.repo={repo}", "research.proposer=llm", "research.researcher.mode=code",
+            f"research.budget.experiments={len(PROPOSALS)}",
             "research.loop.smoke_sample=null", "workers=1"])
         with OpenAITestServer(lambda body: Reply.ok("UNSCRIPTED")) as server:
             server.enqueue(*(Reply.of_json(p) for p in PROPOSALS))
@@ -112,21 +132,8 @@ def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
         replay_s = time.perf_counter() - t0
 
         orig = {r.experiment_id: r for r in read_trajectory(tmp / "runs" / "bench-rec", strict=True)[0]}
-        rep = {r.experiment_id: r for r in read_trajectory(rdir, strict=True)[0]}
         rj = json.loads((rdir / "replay.json").read_text())
-        steps = []
-        for s in rj["steps"]:
-            o, r = orig[s["experiment_id"]], rep.get(s["experiment_id"])
-            stable = lambda m: {k: v for k, v in m.items() if k not in VOLATILE}  # noqa: E731
-            steps.append({
-                "experiment_id": s["experiment_id"], "objective": o.objective,
-                "recorded": s["recorded"], "replayed": s["replayed"], "equal": s["recorded"] == s["replayed"],
-                "metrics_equal": r is not None and stable(r.metrics) == stable(o.metrics),
-                "recorded_decision": s["recorded_decision"], "replayed_decision": s["replayed_decision"],
-                "holds": s["holds"], "status": s["status"],
-                "original_s": round(o.durations.get("total_s", 0.0), 2),
-                "replay_s": round(r.durations.get("total_s", 0.0), 2) if r else None,
-            })
+        steps = compare_steps(orig, {r.experiment_id: r for r in read_trajectory(rdir, strict=True)[0]}, rj["steps"])
         out = {
             "command": " ".join(["python -m research.perf.bench_replay", f"--sample {sample}"]
                                 + (["--cold"] if cold else [])),
