@@ -354,8 +354,6 @@ class Experiment:
 
     def judge(self, m: Measured) -> D.Decision:
         """The measured value against the best: the paired test and the decision rule (no check yet)."""
-        from research.stats import paired_test, per_question
-
         loop, rec, lc = self.loop, self.rec, self.loop.setup.research.loop
         st = loop.state
         out = m.outcome
@@ -369,8 +367,7 @@ class Experiment:
             rec.test = test.to_dict()
         else:
             try:
-                test = paired_test(per_question(rec.objective, m.rows), per_question(rec.objective, loop.rows(st.best_eval_dir)),
-                                   confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+                test = loop.paired(rec.objective, m.rows, loop.rows(st.best_eval_dir))
                 rec.test = test.to_dict()
             except (ConfigError, ValueError) as exc:
                 rec.test = {"error": str(exc)}

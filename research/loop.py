@@ -551,6 +551,14 @@ class ResearchLoop:
 
         return read_rows(eval_dir)
 
+    def paired(self, objective: str, rows: list[dict[str, Any]], ref_rows: list[dict[str, Any]]) -> Any:
+        """Candidate rows against reference rows, per question on the questions both answered, at the run's
+        alpha and seed: the one comparison behind the probe, the decision and the check."""
+        from research.stats import paired_test, per_question
+
+        return paired_test(per_question(objective, rows), per_question(objective, ref_rows),
+                           confidence=1 - self.setup.research.loop.alpha, seed=self.setup.research.seed)
+
     def relative(self, path: str | Path | None) -> str:
         if not path:
             return ""
@@ -565,8 +573,6 @@ class ResearchLoop:
     # ------------------------------------------------------------------ the check on a disjoint dev slice
     def check(self, exp: Experiment, d: D.Decision) -> D.Decision:
         """Before the best ref moves: the gain must hold on dev questions the run was not scored on."""
-        from research.stats import paired_test, per_question
-
         rec, lc = exp.rec, self.setup.research.loop
         sample = self.setup.eval.eval.sample
         if not lc.check:
@@ -583,9 +589,7 @@ class ResearchLoop:
             rec.check = {"passed": False, "reason": "the check evaluation failed"}
             return dataclasses.replace(d, kind="iterate", reason=f"iterate: {d.reason}, but the check on the disjoint "
                                        "dev slice failed to run")
-        obj = rec.objective
-        test = paired_test(per_question(obj, self.rows(self.eval_dir(cand))), per_question(obj, best_rows),
-                           confidence=1 - lc.alpha, seed=self.setup.research.seed)
+        test = self.paired(rec.objective, self.rows(self.eval_dir(cand)), best_rows)
         held = test.mean_delta >= 0 and test.p_worse >= lc.alpha
         rec.check = test.to_dict() | {"passed": held, "value": cand.objective_value,
                                       "eval_dir": self.relative(self.eval_dir(cand))}

@@ -3,13 +3,14 @@
 The cascade of one candidate: a reader-free run on the run's own questions (cheap: no LLM) that
 both catches crashes and hashes the reader's inputs per question; a candidate whose inputs equal
 its parent's everywhere is stopped there ("no effect"). Only then does the reader run (when the
-objective needs one): first on the futility probe's smaller nested sample (``research.loop.probe_sample``),
-paired with the best on the questions both answered; a candidate clearly worse there (the whole CI below 0,
-p_worse < ``probe_alpha``) is decided on that evidence, and any other goes on to the full sample, whose
-reader finds the probe's replies in its cache. With a 1.5B reader a LoCoMo question takes 10-20 s, so a
-candidate that loses a third of the score no longer costs the 152-question run to find out. A failure at either stage is classified and healed by ``plan_heal``: a
-repair edit from the researcher, reverting an edit that imported a missing module, backing off,
-a smaller sample, or switching a refused endpoint to the embedded model.
+objective needs one): first on the futility probe's smaller nested sample
+(``research.loop.probe_sample``), paired with the best on the questions both answered; a candidate
+clearly worse there (the whole CI below 0, p_worse < ``probe_alpha``) is decided on that evidence, and
+any other goes on to the full sample, whose reader finds the probe's replies in its cache. With a 1.5B
+reader a LoCoMo question takes 10-20 s, so a candidate that loses a third of the score no longer costs
+the 152-question run to find out. A failure at either stage is classified and healed by ``plan_heal``:
+a repair edit from the researcher, reverting an edit that imported a missing module, backing off, a
+smaller sample, or switching a refused endpoint to the embedded model.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def probe_applies(loop: Any) -> str | None:
     if not name or ev.eval.reader == "none":
         return None
     sizes = ev.benchmark.samples
-    own = sizes.get(ev.eval.sample or "full", 0) if (ev.eval.sample or "full") != "full" else 0
+    own = sizes.get(ev.eval.sample or "full", 0)  # 0: the whole split
     size = sizes.get(name)
     if not size:  # unknown (refused at setup) or the whole split
         return None
@@ -121,7 +122,7 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
     """Answer the probe's questions first; a clearly worse candidate stops here (a Measured that says so).
     A probe that fails is the evaluation's failure (healed as such); one that passes leaves its replies in
     the reader's cache for the full run."""
-    from research.stats import StatsInputError, paired_test, per_question
+    from research.stats import StatsInputError, per_question
 
     loop, rec = exp.loop, exp.rec
     name = probe_applies(loop)
@@ -137,12 +138,11 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
         return out, None
     rows = loop.rows(loop.eval_dir(out))
     try:
-        best = per_question(rec.objective, best_rows)
-        test = paired_test(per_question(rec.objective, rows), best, confidence=1 - lc.alpha, seed=loop.setup.research.seed)
+        test, of = loop.paired(rec.objective, rows, best_rows), len(per_question(rec.objective, best_rows))
     except (StatsInputError, ConfigError) as exc:
         rec.probe = {"sample": name, "error": str(exc), "stopped": False}
         return out, None
-    rec.probe = probe_verdict(test, sample=name, of=len(best), alpha=lc.probe_alpha)
+    rec.probe = probe_verdict(test, sample=name, of=of, alpha=lc.probe_alpha)
     if not rec.probe["stopped"]:
         return out, None
     return out, Measured(out, screen, rows, probe=rec.probe, probe_test=test)

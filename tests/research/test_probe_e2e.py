@@ -102,3 +102,56 @@ def test_a_clearly_worse_candidate_stops_at_the_probe_and_a_passing_one_reuses_i
     table = "\n".join(t.plain for t in trajectory_lines(Console(width=80), records))
     assert f"~{latin.objective_value:.4f}" in table and f"~{brief.objective_value:.4f}" not in table
     assert "stopped after the probe: 12 of 50 questions (tiny), Δ -1.0000" in table
+
+
+def test_a_run_killed_during_the_probe_resumes_and_reuses_the_replies_it_had(repo: Path, runs: Path,
+                                                                              tmp_path: Path) -> None:
+    """The real CLI killed (``kill -9`` of its process group) while the probe is being answered, then
+    ``memsys run --resume``: the experiment is recorded once, still stopped at the probe, and the reader is
+    not asked again what the killed life had already asked (the gateway's reply cache outlives the kill)."""
+    import threading
+
+    from research.state import LoopState
+    from tests.support.lives import Life, end_orphans, rev, worktree_paths
+
+    handler, asked = gold_reader([])
+    latin_asked = threading.Event()
+
+    def answer(body: dict[str, Any]) -> Reply:
+        if body.get("response_format"):  # every proposal is the Latin one (the resumed life proposes it again)
+            return Reply.of_json(LATIN)
+        reply = handler(body)
+        if reply.text == "nescio" and len(asked) >= 50 + 4:
+            latin_asked.set()  # the probe is under way: 4 of its 12 questions answered
+        return reply
+
+    run_id = "probe-killed"
+    with OpenAITestServer(answer) as server:
+        args = ["reader=llm", "sample=small", "mlflow=false", "workers=1", "llm=openai",
+                f"llm.base_url={server.base_url}", "llm.model=gold-reader-kill", "++llm.cache=true",
+                "research.sandbox.backend=process", "research.sandbox.allow_weak=true",
+                "research.confirm.enabled=false", "research.loop.smoke_sample=null", "research.loop.check=false",
+                "research.loop.probe_sample=tiny", "research.proposer=llm", "research.researcher.mode=code",
+                f"research.repo={repo}", "research.budget.experiments=1", "research.loop.max_proposals_factor=1",
+                f"run_id={run_id}"]
+        first = Life(args, tmp_path / "first.log")
+        assert latin_asked.wait(600), f"the probe never started:\n{first.tail()}"
+        assert first.kill(), "the run ended before it was killed"
+        end_orphans(runs / run_id)
+        assert not (runs / run_id / "trajectory.jsonl").read_text(encoding="utf-8").count("exp-001")
+        before = len(asked)
+
+        again = Life(["--resume", run_id], tmp_path / "resume.log")
+        assert again.wait(600) == 0, again.tail()
+    records, warnings = read_trajectory(runs / run_id, strict=True)
+    assert warnings == []
+    assert [r.experiment_id for r in records] == ["exp-000", "exp-001"]
+    base, latin = records
+    assert latin.probe["stopped"] is True and latin.probe["questions"] == 12 and latin.degraded
+    # the baseline's 50 answers were not asked again; of the probe's 12, only the one in flight at the kill
+    # may have been (its reply never reached the cache)
+    assert len(set(asked[:50])) == 50 and 12 <= len(asked) - 50 <= 13 and before >= 54
+    state = LoopState.load(runs / run_id)
+    assert state.status == "finished" and state.best_commit == base.commit
+    assert rev(repo, f"refs/autoresearch/{run_id}/best") == base.commit and worktree_paths(repo) == [str(repo)]
+    assert "stopped after the probe: 12 of 50 questions (tiny)" in again.tail(60)
