@@ -171,6 +171,9 @@ class ResearchConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
     study: StudyConfig = field(default_factory=StudyConfig)
+    # levers (ids, or memory keys such as pyramid.budget_tokens) the run keeps at its own values: never
+    # offered, sampled or accepted (research.levers.held_levers)
+    fixed_levers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         ExecutionConfig(self.executor, self.ray)  # one check of the choice
@@ -211,6 +214,9 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
+    from research.levers import held_levers
+
+    held_levers(rc.fixed_levers)  # an unknown entry is named here, not after the baseline
     probe = rc.loop.probe_sample
     if probe and probe not in ev.benchmark.samples:
         raise ConfigError(f"research.loop.probe_sample={probe!r} is not a sample of {ev.benchmark.name} "
@@ -220,9 +226,10 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
 
 #: what ``memsys run --resume <run> key=value`` may change: how long, where and how thriftily the run goes on, not
 #: what it measures (memory, benchmark, sample, objective, reader or proposer would make its records incomparable)
-# research.loop.probe_*: how cheaply a clearly worse candidate is stopped, not how a full evaluation measures
+# research.loop.probe_*: how cheaply a clearly worse candidate is stopped, not how a full evaluation measures;
+# research.fixed_levers: where the search may go next, not how anything is measured
 RESUMABLE_KEYS = ("research.budget.", "research.sandbox.", "research.ray.", "research.executor", "workers",
-                  "research.loop.probe_")
+                  "research.loop.probe_", "research.fixed_levers")
 
 
 def resume_overrides(raw: dict, overrides: Sequence[str]) -> dict:

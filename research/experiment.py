@@ -112,6 +112,12 @@ def compare_inputs(parent_rows: list[dict[str, Any]], rows: list[dict[str, Any]]
     return Screen(len(after), changed, comparable)
 
 
+def held_failure(moved: list[str]) -> Failure:
+    """A proposal that moves what ``research.fixed_levers`` holds: outside this run's surface, refused."""
+    return _failure(FailureClass.FORBIDDEN_EDIT, f"{'; '.join(moved)}: research.fixed_levers keeps "
+                    f"{'it' if len(moved) == 1 else 'them'} at the run's value", code_changed=True)
+
+
 def effective_key(code_tree: str, cfg_key: str) -> str:
     return hashlib.sha256(f"{code_tree}:{cfg_key}".encode()).hexdigest()[:20]
 
@@ -229,6 +235,8 @@ class Experiment:
         if lacking:
             msg = f"{'; '.join(lacking)}: this run's memsys has no such key (it is older than this checkout's schema)"
             return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, msg, code_changed=True), "propose")
+        if moved := self.loop.held.moved(parent, after):
+            return Stop("rejected", held_failure(moved), "propose")
         reason = static_noop(parent, prop.config_overrides)
         if not reason and self.loop.setup.eval.eval.reader == "none" and all(
                 o.removeprefix("memory.").startswith("answer.") for o in prop.config_overrides):
@@ -314,10 +322,20 @@ class Experiment:
         if not rec.diff.strip():
             return Stop("rejected", _failure(FailureClass.NO_EFFECT, "no effect: the changes leave the parent commit "
                                              "unchanged (empty diff)", code_changed=True), "apply", rec.best_before)
+        if prop.edits and (moved := self._held_moved()):
+            return Stop("rejected", held_failure(moved), "apply")
         # the commit is what would be evaluated: code edits, and a resent proposal (which skipped the
         # static screen), may still land on an effective config and code that were evaluated already
         resent = any(h.get("action") == "resend_edit" for h in rec.healing)
         return self._repeat(loop.effective_key_at(rec.commit), "apply") if prop.edits or resent else None
+
+    def _held_moved(self) -> list[str]:
+        """Held keys an applied code edit moved in the preset file; [] when either side does not resolve
+        (the evaluation then fails or passes on its own). The preset is read under this checkout's schema,
+        so an edit of a default in the run tree's memsys/config.py is not seen: fixed levers bound the
+        search, they are not a trust boundary (the scorer's is the sandbox's)."""
+        before, after = self.loop.config_at(self.rec.parent_commit), self.loop.config_at(self.rec.commit)
+        return self.loop.held.moved(before, after) if before is not None and after is not None else []
 
     def _resend(self, prop: Proposal, error: Exception) -> tuple[Proposal, list[str], Exception | None]:
         """An edit that did not apply goes back to the researcher once, with the error."""

@@ -19,6 +19,7 @@ value it renders the reader input of LoCoMo questions and compares.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
@@ -311,6 +312,45 @@ def live_levers(cfg: MemoryConfig, *, reader_free: bool = False, absent: Collect
     """``absent``: ids of levers the evaluated memsys does not have (see ``absent_levers``), never live."""
     return [lv for lv in _catalogue()
             if lv.id not in absent and lv.live_if(cfg) and not (reader_free and reader_only(lv))]
+
+
+@dataclass(frozen=True)
+class Held:
+    """What ``research.fixed_levers`` keeps at the run's own values: the memory keys, and every lever that
+    writes one of them (never offered, sampled or accepted, so a reader run can keep, say, its context
+    budget, and the search stays in the part of the space the user asked about)."""
+
+    keys: frozenset[str] = frozenset()
+    lever_ids: frozenset[str] = frozenset()
+
+    def moved(self, before: MemoryConfig, after: MemoryConfig) -> list[str]:
+        """``key before -> after`` for each held key whose value differs (an override or a code edit)."""
+        return [f"{k} {get_path(before, k)!r} -> {get_path(after, k)!r}" for k in sorted(self.keys)
+                if get_path(before, k) != get_path(after, k)]
+
+
+def held_levers(entries: Sequence[str]) -> Held:
+    """``research.fixed_levers`` read: each entry is a lever id (a macro holds every key it writes) or a
+    memory key path (``pyramid.budget_tokens``; ``memory.`` allowed). ConfigError names an entry that is
+    neither, with the levers it could have meant."""
+    from memsys.config import to_container
+
+    by_id = {lv.id: lv for lv in _catalogue()}
+    known = flat_paths(to_container(MemoryConfig()))
+    keys: set[str] = set()
+    for entry in entries:
+        name = str(entry).strip().removeprefix("memory.")
+        if name in by_id:
+            keys |= set(by_id[name].sets)
+        elif name in known:
+            keys.add(name)
+        else:
+            near = difflib.get_close_matches(name, sorted(set(by_id) | known), n=3, cutoff=0.75)
+            raise ConfigError(f"research.fixed_levers: {entry!r} is neither a lever nor a memory key"
+                              + (f" (did you mean {', '.join(near)}?)" if near else " (e.g. pyramid.budget_tokens)"))
+    # a key is held with everything under it (``answer`` holds answer.prompt ...)
+    ids = frozenset(lv.id for lv in by_id.values() if any(s == k or s.startswith(k + ".") for s in lv.sets for k in keys))
+    return Held(frozenset(keys), ids)
 
 
 def flat_paths(tree: Mapping[str, Any], prefix: str = "") -> set[str]:

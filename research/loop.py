@@ -65,7 +65,10 @@ class ResearchLoop:
     def __init__(self, setup: RunSetup, run_id: str, *, resume: bool = False,
                  llm_opener: Callable[..., Any] | None = None, sandbox: Any = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None):
+        from research.levers import held_levers
+
         self.setup, self.run_id = setup, run_id
+        self.held = held_levers(setup.research.fixed_levers)  # research.fixed_levers
         self.paths = RunDir.of(run_id)  # every file name of the run folder
         self.run_dir = self.paths.root
         self.resume = resume
@@ -703,7 +706,7 @@ class ResearchLoop:
         cfg = self.config_at(st.start_commit) or self.config_at(st.best_commit)
         reader_free = self.setup.eval.eval.reader == "none"
         withheld = withheld_levers(self.records, st.start_commit, pivot=st.mode == "pivot")
-        absent = self.absent_at(st.start_commit)
+        absent = self.absent_at(st.start_commit) | self.held.lever_ids  # neither is offered nor sampled
         knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent) if cfg is not None
                  else "(the preset no longer parses with the base schema)")
         ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)

@@ -14,7 +14,8 @@ Usage::
         [--variants "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"]
         [--out runs/bench/reader.json] [-- extra overrides for every variant, e.g. llm=local]
 
-A variant is ``name=preset:override,override`` or just a preset name.
+A variant is ``name=preset:override;override`` or just a preset name; ``ablation`` names the group of
+``omni`` with one component off at a time (``ABLATION``; use ``--reference omni`` with it).
 """
 
 from __future__ import annotations
@@ -73,10 +74,31 @@ class Variant:
     overrides: tuple[str, ...] = ()
 
 
+#: ``--variants ablation``: shipped ``omni`` and each of its components taken away (or, for the levers it ships
+#: off, put in) one at a time, so the reader-side ablation table is one command; the reader-free one is
+#: ``benchmarks.perf.bench_retrieval_components --variants ablation``. At 1-3 minutes a question with the
+#: embedded reader on 2 cores, each row of the 100-question sample is hours: pick rows by name with
+#: ``--variants "omni,omni-pyramid=omni:memory.pyramid.enabled=false"`` when the machine is small.
+ABLATION = ("omni",
+            "omni-index_text=omni:memory.ingest.index_text.dense=text;memory.ingest.index_text.sparse=text",
+            "omni-neighbors=omni:memory.ingest.index_text.neighbors=0",
+            "omni-rrf=omni:memory.retrieval.merge=set_union",
+            "omni-speaker_lift=omni:memory.retrieval.speaker_lift=0",
+            "omni-time_lift=omni:memory.retrieval.time_lift=0",
+            "omni-pyramid=omni:memory.pyramid.enabled=false",
+            "omni-attribution=omni:memory.answer.abstain_attribution=false",
+            "omni-resolve_times=omni:memory.answer.resolve_times=false",
+            "omni+graph=omni:memory.graph.enabled=true",
+            "omni+type_hints=omni:memory.answer.type_hints=true")
+GROUPS = {"ablation": ABLATION}
+
+
 def parse_variants(text: str) -> list[Variant]:
-    """``a,b=omni:x=1;y=2`` -> variants; overrides of one variant are separated by ';' (commas split variants)."""
+    """``a,b=omni:x=1;y=2`` -> variants; overrides of one variant are separated by ';' (commas split variants).
+    A group's name (``ablation``) stands for its variants."""
     out: list[Variant] = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
+    items = (s.strip() for s in text.split(","))
+    for item in (v for i in items if i for v in GROUPS.get(i, (i,))):
         name, eq, rest = item.partition("=")
         if not eq:
             out.append(Variant(item, item))

@@ -77,3 +77,16 @@ def test_replies_the_gateway_served_from_its_cache_cost_no_reader_seconds():
     assert row["cached_replies"] == 1 and row["seconds_per_q"] == 40.0
     metrics["reader_cache_hits"] = 3
     assert summarize(rows, metrics, profile_of("locomo"))["seconds_per_q"] is None
+
+
+def test_the_ablation_group_takes_one_component_of_omni_at_a_time_and_every_override_composes():
+    from memsys.config import load_memory_config, to_container
+    from research.perf.bench_reader import parse_variants
+
+    variants = parse_variants("naive_rag,ablation")
+    assert [v.name for v in variants][:2] == ["naive_rag", "omni"] and len(variants) == 12
+    omni = to_container(load_memory_config("omni"))
+    for v in variants[2:]:
+        assert v.preset == "omni" and v.overrides, v
+        changed = to_container(load_memory_config("omni", v.overrides))  # a mistyped key fails here, not hours in
+        assert changed != omni, f"{v.name} changes nothing"

@@ -38,6 +38,7 @@ from research.levers import (
     effective_view,
     flat_paths,
     get_path,
+    held_levers,
     int_menu,
     levers_of,
     live_levers,
@@ -165,6 +166,27 @@ def test_levers_an_older_memsys_lacks_are_absent_and_never_offered():
     items = menu_schema(cfg, absent=absent)["properties"]["changes"]["items"]["anyOf"]
     assert not {i["properties"]["lever"]["const"] for i in items} & set(absent)
     assert not set(coupled_levers(cfg, ["retrieval.top_k"], absent=absent)) & set(absent)
+
+
+
+def test_fixed_levers_hold_keys_and_every_lever_that_writes_them():
+    """research.fixed_levers: a key holds each lever that writes it (macros too); a lever id holds its keys;
+    a section holds everything under it; anything else is named in one line."""
+    held = held_levers(["memory.retrieval.top_k", "pyramid.budget_tokens"])
+    assert held.keys == {"retrieval.top_k", "pyramid.budget_tokens"}
+    assert {"retrieval.top_k", "widen_dense", "pyramid.budget_tokens"} <= held.lever_ids
+    assert "retrieval.dense_k" not in held.lever_ids
+    macro = held_levers(["widen_dense"])
+    assert macro.keys == {"retrieval.dense_k", "retrieval.top_k"} and "retrieval.dense_k" in macro.lever_ids
+    section = held_levers(["answer"])
+    assert section.lever_ids == {lv.id for lv in catalogue() if any(s.startswith("answer.") for s in lv.sets)}
+    with pytest.raises(ConfigError, match=r"'retrieval.topk' is neither a lever nor a memory key \(did you mean "
+                                          r"retrieval.top_k"):
+        held_levers(["retrieval.topk"])
+    cfg = load_memory_config("naive")
+    assert not {lv.id for lv in live_levers(cfg, absent=held.lever_ids)} & held.lever_ids
+    moved = resolve(cfg, ["retrieval.top_k=9", "retrieval.dense_k=9"])
+    assert held.moved(cfg, moved) == ["retrieval.top_k 5 -> 9"] and held.moved(cfg, cfg) == []
 
 
 # ---------------------------------------------------------------- resolve

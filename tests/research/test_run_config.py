@@ -41,6 +41,8 @@ def test_bad_alpha_and_proposer_are_one_line_errors() -> None:
         load_run_setup(["research.loop.alpha=1.5"])
     with pytest.raises(ConfigError, match="research.proposer"):
         load_run_setup(["research.proposer=genius"])
+    with pytest.raises(ConfigError, match="research.fixed_levers: 'pyramid.budget' is neither a lever nor a memory key"):
+        load_run_setup(["research.fixed_levers=[retrieval.top_k,pyramid.budget]"])
 
 
 def test_a_resume_may_change_how_long_and_where_a_run_goes_on_but_not_what_it_measures() -> None:
@@ -55,6 +57,8 @@ def test_a_resume_may_change_how_long_and_where_a_run_goes_on_but_not_what_it_me
     again = run_setup_from_dict(more)
     assert (again.research.budget.experiments, again.research.sandbox.wall_timeout_s) == (10, 7200)
     assert again.eval.eval.workers == 1 and raw["research"]["budget"]["experiments"] == 2  # the saved one is untouched
+    held = run_setup_from_dict(resume_overrides(raw, ["research.fixed_levers=[pyramid.budget_tokens]"]))
+    assert held.research.fixed_levers == ["pyramid.budget_tokens"]  # where the search goes next, not what it measures
     for item in ("memory.retrieval.top_k=9", "sample=full", "research.proposer=optuna", "objective=f1", "workers"):
         with pytest.raises(ConfigError, match="would change what the run measures"):
             resume_overrides(raw, [item])

@@ -199,3 +199,43 @@ def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commi
 def _levers_section(request: dict[str, Any]) -> str:
     step = request["messages"][-1]["content"]
     return step.split("Levers (live in the best config", 1)[1].split("Source excerpts", 1)[0]
+
+
+PRESET = "configs/memory/naive.yaml"
+HELD_OVERRIDE = proposal("two candidates are the most precise context", ["retrieval.top_k=2", "retrieval.dense_k=2"])
+HELD_EDIT = proposal("a shorter list in the preset itself", [],
+                     [{"path": PRESET, "search": "  top_k: 5\n", "replace": "  top_k: 3\n"}])
+FREE = proposal("two dense candidates inside the same list", ["retrieval.dense_k=2"])
+
+
+def test_fixed_levers_are_never_offered_and_a_proposal_that_moves_them_by_override_or_edit_is_refused(
+        repo: Path, runs: Path) -> None:
+    """research.fixed_levers=[retrieval.top_k]: the researcher is not shown top_k (nor widen_dense, which
+    writes it); an override of it is refused before anything is applied and re-asked; a code edit of the
+    preset that moves it is refused once committed, before any evaluation; a change elsewhere is evaluated."""
+    run_id = "held"
+    with OpenAITestServer() as server:
+        server.handler = lambda body: Reply.ok("UNSCRIPTED")
+        server.enqueue(*(Reply.of_json(p) for p in (HELD_OVERRIDE, HELD_EDIT, FREE)))
+        setup = scripted_setup(repo, 1, "research.fixed_levers=[retrieval.top_k]",
+                               "research.loop.max_iterations_per_hypothesis=1")
+        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
+        requests = server.chat_requests
+        assert server.pending == 0
+    run_dir = runs / run_id
+    records, warnings = read_trajectory(run_dir, strict=True)
+    assert warnings == []
+    base, edit, free = records
+    assert [r.decision for r in records] == ["baseline", "rejected", "pivot"] and st.status == "finished"
+    levers = requests[0]["messages"][-1]["content"].split("Levers (live in the best config", 1)[1]
+    levers = levers.split("Source excerpts", 1)[0]
+    assert "retrieval.dense_k" in levers and "retrieval.top_k" not in levers and "widen_dense" not in levers
+    # the override: refused at the static screen, re-asked with the reason
+    assert [h["action"] for h in edit.healing] == ["reask"]
+    assert "retrieval.top_k 5 -> 2: research.fixed_levers keeps it at the run's value" in edit.healing[0]["reason"]
+    # the edit of the preset: committed, then refused before any evaluation
+    assert edit.failure["cls"] == "forbidden_edit" and edit.failure["stage"] == "apply"
+    assert edit.failure["message"] == "retrieval.top_k 5 -> 3: research.fixed_levers keeps it at the run's value"
+    assert evals_of(run_dir, "exp-001") == [] and git(repo, "rev-parse", st.best_commit) == base.commit
+    # elsewhere the run goes on as usual
+    assert free.config_overrides == ["retrieval.dense_k=2"] and free.objective_value is not None

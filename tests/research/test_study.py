@@ -105,3 +105,22 @@ def test_a_run_on_an_older_memsys_never_samples_a_lever_its_schema_lacks(repo: P
     assert all(r.decision not in ("failed", "rejected") for r in tried), [r.failure for r in tried]
     assert all(len(r.config_overrides) > 20 for r in tried)  # TPE draws over every other field lever
     assert not any("image_ids" in o for r in tried for o in r.config_overrides)
+
+
+@pytest.mark.slow
+def test_tpe_draws_leave_the_fixed_levers_at_the_runs_values(repo: Path, runs: Path) -> None:
+    """research.fixed_levers with a memory override (the cheap-reader recipe): TPE samples every other
+    lever, and each evaluated commit keeps the held keys where the run put them."""
+    from research.loop import ResearchLoop
+
+    loop = ResearchLoop(scripted_setup(repo, 2, "research.proposer=optuna", "memory.embedder.backend=hashing",
+                                       "memory.pyramid.budget_tokens=1000",
+                                       "research.fixed_levers=[pyramid.budget_tokens,widen_dense]"), "held-tpe")
+    st = loop.run()
+    tried = [r for r in loop.records if r.decision != "baseline"]
+    assert len(tried) == 2 and st.evaluated == 2 and all(len(r.config_overrides) > 20 for r in tried)
+    held = ("pyramid.budget_tokens", "retrieval.top_k", "retrieval.dense_k")
+    assert not [o for r in tried for o in r.config_overrides if o.split("=")[0].removeprefix("memory.") in held]
+    for r in loop.records:
+        cfg = loop.config_at(r.commit)
+        assert (cfg.pyramid.budget_tokens, cfg.retrieval.top_k, cfg.retrieval.dense_k) == (1000, 5, 5)
