@@ -57,16 +57,23 @@ def evals_of(run_dir: Path, experiment_id: str) -> list[str]:
     return sorted(p.name for p in (run_dir / "evals").glob(f"{experiment_id}-*"))
 
 
+def scripted_run(repo: Path, run_id: str, replies: list[Reply], experiments: int, *extra: str) -> tuple[Any, list[Any]]:
+    """A loop whose researcher sends ``replies`` in turn (anything more fails loudly): its final state, and
+    the researcher's requests."""
+    with OpenAITestServer() as server:
+        server.handler = lambda body: Reply.ok("UNSCRIPTED")
+        server.enqueue(*replies)
+        setup = scripted_setup(repo, experiments, *extra)
+        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
+        assert server.pending == 0
+        return st, server.chat_requests
+
+
 def test_dead_levers_code_without_effect_and_reworded_repeats_are_rejected(repo: Path, runs: Path) -> None:
     run_id = "screens"
     head = git(repo, "rev-parse", "HEAD")
-    with OpenAITestServer() as server:
-        server.handler = lambda body: Reply.ok("UNSCRIPTED")  # an unscripted request fails loudly
-        server.enqueue(*(Reply.of_json(p) for p in (*DEAD, COMMENT_ONLY, SHALLOW, *REPEATS, FOUR)))
-        setup = scripted_setup(repo, 2, "research.loop.max_iterations_per_hypothesis=1")
-        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
-        requests = server.chat_requests
-        assert server.pending == 0
+    st, requests = scripted_run(repo, run_id, [Reply.of_json(p) for p in (*DEAD, COMMENT_ONLY, SHALLOW, *REPEATS, FOUR)],
+                                2, "research.loop.max_iterations_per_hypothesis=1")
     run_dir = runs / run_id
     records, warnings = read_trajectory(run_dir, strict=True)
     assert warnings == []
@@ -159,19 +166,15 @@ def test_a_lever_refused_before_evaluation_leaves_the_menu_until_the_start_commi
     levers section says why; a pivot also takes out the levers the abandoned direction moved. The 1.5B
     model, told only in words, sent ``sparse_k=50`` back eight times in one run."""
     run_id = "withheld"
-    with OpenAITestServer() as server:
-        server.handler = lambda body: Reply.ok("UNSCRIPTED")
-        # exp-001: top_k=5 is naive's value (static no-op), re-asked twice with the same reply;
-        # exp-002: evaluated, fewer candidates: no gain, a pivot (one attempt per hypothesis);
-        # exp-003: evaluated, which spends the budget of two
-        # exp-002 starts with a value outside the lever's range (a server without the grammar): sampled again
-        server.enqueue(*(Reply.of_json(menu_reply("retrieval.top_k", 5)) for _ in range(3)),
-                       Reply.of_json(menu_reply("retrieval.dense_k", 70)),
-                       Reply.of_json(menu_reply("widen_dense", 3)), Reply.of_json(menu_reply("retrieval.merge", "rrf")))
-        setup = scripted_setup(repo, 2, "research.researcher.mode=menu", "research.loop.max_iterations_per_hypothesis=1")
-        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
-        requests = server.chat_requests
-        assert server.pending == 0
+    # exp-001: top_k=5 is naive's value (static no-op), re-asked twice with the same reply;
+    # exp-002: evaluated, fewer candidates: no gain, a pivot (one attempt per hypothesis);
+    # exp-003: evaluated, which spends the budget of two
+    # exp-002 starts with a value outside the lever's range (a server without the grammar): sampled again
+    replies = [*(Reply.of_json(menu_reply("retrieval.top_k", 5)) for _ in range(3)),
+               Reply.of_json(menu_reply("retrieval.dense_k", 70)),
+               Reply.of_json(menu_reply("widen_dense", 3)), Reply.of_json(menu_reply("retrieval.merge", "rrf"))]
+    st, requests = scripted_run(repo, run_id, replies, 2, "research.researcher.mode=menu",
+                                "research.loop.max_iterations_per_hypothesis=1")
     records, _ = read_trajectory(runs / run_id, strict=True)
     assert [r.decision for r in records[:3]] == ["baseline", "rejected", "pivot"] and len(records) == 4
     assert st.evaluated == 2 and st.status == "finished"
@@ -214,21 +217,14 @@ def test_fixed_levers_are_never_offered_and_a_proposal_that_moves_them_by_overri
     writes it); an override of it is refused before anything is applied and re-asked; a code edit of the
     preset that moves it is refused once committed, before any evaluation; a change elsewhere is evaluated."""
     run_id = "held"
-    with OpenAITestServer() as server:
-        server.handler = lambda body: Reply.ok("UNSCRIPTED")
-        server.enqueue(*(Reply.of_json(p) for p in (HELD_OVERRIDE, HELD_EDIT, FREE)))
-        setup = scripted_setup(repo, 1, "research.fixed_levers=[retrieval.top_k]",
-                               "research.loop.max_iterations_per_hypothesis=1")
-        st = ResearchLoop(setup, run_id, llm_opener=scripted_opener(server)).run()
-        requests = server.chat_requests
-        assert server.pending == 0
+    st, requests = scripted_run(repo, run_id, [Reply.of_json(p) for p in (HELD_OVERRIDE, HELD_EDIT, FREE)], 1,
+                                "research.fixed_levers=[retrieval.top_k]", "research.loop.max_iterations_per_hypothesis=1")
     run_dir = runs / run_id
     records, warnings = read_trajectory(run_dir, strict=True)
     assert warnings == []
     base, edit, free = records
     assert [r.decision for r in records] == ["baseline", "rejected", "pivot"] and st.status == "finished"
-    levers = requests[0]["messages"][-1]["content"].split("Levers (live in the best config", 1)[1]
-    levers = levers.split("Source excerpts", 1)[0]
+    levers = _levers_section(requests[0])
     assert "retrieval.dense_k" in levers and "retrieval.top_k" not in levers and "widen_dense" not in levers
     # the override: refused at the static screen, re-asked with the reason
     assert [h["action"] for h in edit.healing] == ["reask"]
