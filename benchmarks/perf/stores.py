@@ -13,22 +13,24 @@ from typing import Any, Iterator, Sequence
 
 from benchmarks.datasets import load_benchmark
 from benchmarks.splits import load_benchmark_config, select
+from benchmarks.views import public_turn
 from memsys.memory import Memory
+from memsys.predict import to_turn
 from memsys.records import Turn
 
 
 def memsys_turns(conv: Any) -> list[Turn]:
-    """A dataset conversation's turns as the memory system ingests them (caption mode)."""
-    return [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
-            for s in conv.sessions for t in s.turns]
+    """A dataset conversation's turns exactly as an evaluation ingests them (caption mode): through the
+    public view, so a Mem-Gallery round keeps the assistant's reply and the image id before its caption."""
+    return [to_turn(public_turn(conv, t)) for s in conv.sessions for t in s.turns]
 
 
 def split_memories(split: str, preset: str, overrides: Sequence[str] = (),
-                   question_ids: set[str] | None = None) -> Iterator[tuple[Any, Memory]]:
-    """(conversation, its freshly built Memory) for each LoCoMo conversation of the split, in a
+                   question_ids: set[str] | None = None, *, benchmark: str = "locomo") -> Iterator[tuple[Any, Memory]]:
+    """(conversation, its freshly built Memory) for each conversation of the benchmark's split, in a
     temporary folder; each store is closed when the caller moves on. With ``question_ids``, only the
     conversations that hold one of them are built."""
-    bench = select(load_benchmark("locomo"), split, None, load_benchmark_config("locomo"))
+    bench = select(load_benchmark(benchmark), split, None, load_benchmark_config(benchmark))
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as tmp:
         for conv in bench.conversations:
             if question_ids is not None and not any(q.id in question_ids for q in conv.questions):

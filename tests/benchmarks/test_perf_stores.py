@@ -21,3 +21,15 @@ def test_only_the_conversations_holding_the_asked_questions_are_built_and_remove
     assert [cid for cid, _ in seen] == [conv.id]
     assert not seen[0][1].exists()  # the temporary stores go with the loop
     assert len(memsys_turns(conv)) == sum(len(s.turns) for s in conv.sessions)
+
+
+def test_a_mem_gallery_round_is_ingested_as_an_evaluation_ingests_it():
+    from benchmarks.views import public_turn
+    from memsys.predict import to_turn
+
+    conv = load_benchmark("memgallery").conversations[0]
+    turns = memsys_turns(conv)
+    first = next(t for s in conv.sessions for t in s.turns if t.response and t.image_id)
+    got = next(t for t in turns if t.id == first.id)
+    assert got == to_turn(public_turn(conv, first))
+    assert first.response in got.text and got.image_caption.startswith(first.image_id)

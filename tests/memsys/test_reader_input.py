@@ -167,3 +167,21 @@ def test_extractive_summaries_shorten_level_1_and_keep_level_2_full(store):
                 assert y.tokens <= x.tokens
                 shortened += y.text != x.text
     assert shortened > 0
+
+
+
+@pytest.mark.parametrize("prompt", ["default", "memgallery"])
+def test_each_prompt_names_the_refusal_its_benchmark_scores(prompt):
+    """A reader that declines in the prompt's own words must score on the questions that want a refusal:
+    LoCoMo's category 5 looks for a phrase, Mem-Gallery's AR gold is "Not mentioned." scored by token F1."""
+    import re
+
+    from benchmarks.metrics.locomo import is_official_abstention
+    from benchmarks.metrics.memgallery import memgallery_f1
+    from memsys.answer.generate import load_prompt
+
+    scores = {"default": is_official_abstention,
+              "memgallery": lambda phrase: memgallery_f1(phrase, "Not mentioned.") == 1.0}[prompt]
+    _, constraints, _ = load_prompt(prompt)
+    refusals = [q for q in re.findall(r'"([^"]+)"', constraints) if "mention" in q.lower() or "know" in q.lower()]
+    assert refusals and all(scores(q) for q in refusals), refusals
