@@ -90,11 +90,16 @@ def selection(setup: EvalSetup) -> Benchmark:
     return select(load_benchmark(setup.benchmark.name), ev.split, ev.sample, setup.benchmark, complement=ev.complement)
 
 
-def prepare_run(setup: EvalSetup, bench: Benchmark, runs_root: Path | None = None) -> tuple[str, Path]:
-    """The run id and its folder under ``runs_root`` (default ``runs/``): created, or checked when resuming."""
+def prepare_run(setup: EvalSetup, bench: Benchmark, runs_root: Path | None = None, *,
+                code: str | None = None) -> tuple[str, Path]:
+    """The run id and its folder under ``runs_root`` (default ``runs/``): created, or checked when resuming.
+
+    ``code`` names the evaluated memory system's source (a content hash). A resumed run keeps the answers
+    already written, so answers made by other code would be scored as if one system gave them all.
+    """
     run_id = setup.eval.run_id or new_run_id(setup)
     run_dir = (runs_root or runs_dir()) / run_id
-    _prepare_run_dir(run_dir, setup, bench)
+    _prepare_run_dir(run_dir, setup, bench, code)
     return run_id, run_dir
 
 
@@ -185,7 +190,7 @@ def answers_config(raw: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if k not in PLACEMENT_KEYS}
 
 
-def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark) -> None:
+def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark, code: str | None = None) -> None:
     meta_path = run_dir / "run.json"
     if meta_path.exists():
         try:
@@ -201,12 +206,16 @@ def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark) -> None:
             differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
             raise RunFolderError(f"{run_dir} holds a run with a different config ({', '.join(differ)}); "
                                  "use a new run_id or resume=false")
+        made_by = meta.get("code")  # absent in folders written before the code was recorded: not checkable
+        if setup.eval.resume and code is not None and made_by is not None and made_by != code:
+            raise RunFolderError(f"{run_dir} holds answers made by other memsys code ({made_by[:12]}, this "
+                                 f"checkout's is {code[:12]}); use a new run_id or resume=false")
         return
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(meta_path, {
         "format_version": RUN_FORMAT_VERSION, "kind": "eval", "created": datetime.now().isoformat(),
         "benchmark": bench.name, "split": bench.split, "sample": bench.sample,
-        "split_version": bench.split_version, "dataset_files": bench.files, "config": setup.raw,
+        "split_version": bench.split_version, "dataset_files": bench.files, "config": setup.raw, "code": code,
     })
     atomic_write_json(run_dir / "config.json", setup.raw)
 

@@ -255,7 +255,7 @@ def _evaluate(job: EvalJob, sandbox: Any, gateway: Gateway | None, shared: Share
     from harness.paths import runs_dir
 
     started = time.perf_counter()
-    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir())
+    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir(), code=code_namespace(job.code_root))
     req, request_path = prepare_public(job, bench)
     at = _Attempt(None, None, code_changed, list(edited_paths), raise_errors, False)
     try:
@@ -293,9 +293,9 @@ def begin_sandboxed(job: EvalJob, bench: Any, sandbox: Any, *, gateway: Gateway 
     from harness.paths import runs_dir
 
     started = time.perf_counter()
-    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir())
-    _, request_path = prepare_public(job, bench)
     namespace = code_namespace(job.code_root)
+    run_id, run_dir = prepare_run(job.setup, bench, job.runs_root or runs_dir(), code=namespace)
+    _, request_path = prepare_public(job, bench)
     at = _Attempt(gateway, gateway.usage() if gateway is not None else None, code_changed, list(edited_paths),
                   raise_errors, True)
     spec = sandbox_spec(job, request_path, gateway=gateway, shared=shared, namespace=namespace)

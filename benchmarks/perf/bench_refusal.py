@@ -44,6 +44,7 @@ from benchmarks.metrics.text import stem_tokens
 from benchmarks.perf.stores import memsys_turns, split_memories
 from harness.atomic import atomic_write_text
 from harness.paths import runs_dir
+from memsys.index.sparse import tokenize
 
 SIGNALS = ("top1", "top5", "coverage")
 REFUSAL = "AR"
@@ -59,19 +60,20 @@ class Signals:
     coverage: float
 
 
-def coverage(question: str, vocabulary: set[str]) -> float:
-    """Share of the question's content words (stop words out, stemmed) that occur in ``vocabulary``;
-    1.0 for a question without content words (nothing is missing). Pure."""
-    from memsys.index.sparse import tokenize
+def _content_words(text: str) -> set[str]:
+    """The sparse index's tokens of ``text`` (stop words out), stemmed as the scorer stems them."""
+    return set(stem_tokens(tokenize(text)))
 
-    words = set(stem_tokens(tokenize(question)))
+
+def coverage(question: str, vocabulary: set[str]) -> float:
+    """Share of the question's content words that occur in ``vocabulary``; 1.0 for a question without
+    content words (nothing is missing). Pure."""
+    words = _content_words(question)
     return 1.0 if not words else len(words & vocabulary) / len(words)
 
 
 def conversation_vocabulary(texts: Sequence[str]) -> set[str]:
-    from memsys.index.sparse import tokenize
-
-    return {w for t in texts for w in stem_tokens(tokenize(t))}
+    return set().union(*(_content_words(t) for t in texts))
 
 
 def measure(split: str, preset: str, overrides: Sequence[str] = ()) -> list[Signals]:

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 from benchmarks.metrics.locomo import CATEGORIES as LOCOMO_CATEGORIES
 from benchmarks.metrics.memgallery import CATEGORIES as MEMGALLERY_CATEGORIES
 from harness.paths import REPO_ROOT, runs_dir
+from research.caches import code_namespace
 from research.diagnosis import context_of, read_rows
 from research.perf.output import command, write_result
 from research.stats import paired_test, per_question
@@ -110,15 +111,17 @@ def parse_variants(text: str) -> list[Variant]:
     return out
 
 
-def run_id_of(v: Variant, common: Sequence[str]) -> str:
-    """Stable per (variant, common overrides), so a rerun resumes the same run folder."""
-    key = json.dumps([v.preset, list(v.overrides), list(common)])
+def run_id_of(v: Variant, common: Sequence[str], code: str) -> str:
+    """Stable per (variant, common overrides, memsys code), so a rerun resumes the same run folder and a
+    changed memory system (a prompt file, a retriever) is answered again instead of read back; messages
+    that did not change still come from the reply cache."""
+    key = json.dumps([v.preset, list(v.overrides), list(common), code])
     return f"bench-reader-{v.name.replace('@', '-at-')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
-def evaluate(v: Variant, common: Sequence[str], log_dir: Path) -> Path:
-    """Run (or resume) one variant through ``memsys eval``; returns its run folder."""
-    run_id = run_id_of(v, common)
+def evaluate(v: Variant, common: Sequence[str], log_dir: Path, code: str) -> Path:
+    """Run (or resume) one variant through ``memsys eval`` on this checkout's code; returns its run folder."""
+    run_id = run_id_of(v, common, code)
     run_dir = runs_dir() / run_id
     if (run_dir / "metrics.json").exists():
         return run_dir
@@ -259,15 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_dir.mkdir(exist_ok=True)
     rows: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
+    code = code_namespace(REPO_ROOT)
     for v in variants:
-        run_dir = evaluate(v, common, log_dir)
+        run_dir = evaluate(v, common, log_dir, code)
         rows[v.name] = read_rows(run_dir)
         summaries[v.name] = {"run_id": run_dir.name, "preset": v.preset, "overrides": list(v.overrides),
                              **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()), profile)}
     result = {
         "command": command("research.perf.bench_reader", argv),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
-        "common_overrides": common, "reference": args.reference, "variants": summaries,
+        "common_overrides": common, "code": code, "reference": args.reference, "variants": summaries,
         "paired": compare(rows, args.reference, profile),
         "sources": {name: sources_of_difference(vrows, rows[args.reference])
                     for name, vrows in rows.items() if name != args.reference},

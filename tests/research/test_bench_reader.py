@@ -5,7 +5,16 @@ from __future__ import annotations
 from benchmarks.datasets.schema import Question
 from benchmarks.runner import aggregate
 from benchmarks.scoring import score_question
-from research.perf.bench_reader import compare, profile_of, render, render_sources, sources_of_difference, summarize
+from research.perf.bench_reader import (
+    Variant,
+    compare,
+    profile_of,
+    render,
+    render_sources,
+    run_id_of,
+    sources_of_difference,
+    summarize,
+)
 
 MEMGALLERY = [
     Question("m:1", "m", "What colour is the cat?", "black", "VS", ("t1",)),
@@ -90,3 +99,11 @@ def test_the_ablation_group_takes_one_component_of_omni_at_a_time_and_every_over
         assert v.preset == "omni" and v.overrides, v
         changed = to_container(load_memory_config("omni", v.overrides))  # a mistyped key fails here, not hours in
         assert changed != omni, f"{v.name} changes nothing"
+
+
+def test_a_variant_is_read_back_only_from_the_code_that_answered_it():
+    """A finished variant is read back by its run id; a changed memory system must get a new one."""
+    v, common = Variant("omni@1000", "omni", ("memory.pyramid.budget_tokens=1000",)), ["benchmark=memgallery"]
+    assert run_id_of(v, common, "a" * 32) == run_id_of(v, common, "a" * 32)
+    assert run_id_of(v, common, "a" * 32) != run_id_of(v, common, "b" * 32)
+    assert run_id_of(v, common, "a" * 32).startswith("bench-reader-omni-at-1000-")

@@ -87,6 +87,28 @@ def test_a_run_resumes_across_placement_settings_but_not_across_what_it_answers(
         run_eval(setup_for("reader=none", "run_id=t-place", "memory.retrieval.top_k=3"), progress=False)
 
 
+def test_a_run_resumes_only_on_the_memsys_code_that_began_it(locomo_path, tmp_path):
+    """Resuming keeps the answers already written: answers from a changed memory system (here one prompt
+    line) must not be scored as one system's. The same code resumes; a folder without the record still does."""
+    code = tmp_path / "tree"
+    (code / "memsys").mkdir(parents=True)
+    prompt = code / "memsys" / "constraints.txt"
+    prompt.write_text("- Answer briefly.\n")
+    first = run_in_process(setup_for("reader=none", "run_id=t-code"), BASE, code_root=code)
+    made_by = json.loads((first.run_dir / "run.json").read_text())["code"]
+    assert made_by and run_in_process(setup_for("reader=none", "run_id=t-code"), BASE, code_root=code).n_questions == 12
+    prompt.write_text("- Answer briefly; say Not mentioned. when unsure.\n")
+    with pytest.raises(RunFolderError, match=rf"other memsys code \({made_by[:12]}"):
+        run_in_process(setup_for("reader=none", "run_id=t-code"), BASE, code_root=code)
+    again = run_in_process(setup_for("reader=none", "run_id=t-code-new"), BASE, code_root=code)
+    assert json.loads((again.run_dir / "run.json").read_text())["code"] != made_by
+    meta_path = first.run_dir / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta.pop("code")  # written before the code was recorded
+    meta_path.write_text(json.dumps(meta))
+    assert run_in_process(setup_for("reader=none", "run_id=t-code"), BASE, code_root=code).n_questions == 12
+
+
 def test_recent_window_baseline_respects_its_budget(locomo_path):
     res = run_eval(setup_for("reader=none", "system=recent_window", "full_context_budget=1500", "run_id=t-rw"),
                    progress=False)
