@@ -216,6 +216,88 @@ def _memory_error_in(stderr: str) -> bool:
     return any(line.startswith("MemoryError") for line in stderr.splitlines()[-20:])
 
 
+class _Pipes:
+    """The child's stdout and stderr, read without blocking into their captures: a child that fills
+    a pipe nobody reads would hang, so the pipes are drained even past the cap."""
+
+    def __init__(self, proc: subprocess.Popen, cap: int) -> None:
+        self.stdout, self.stderr = _Capture(cap), _Capture(cap)
+        self._captures = {proc.stdout.fileno(): self.stdout, proc.stderr.fileno(): self.stderr}
+        self._sel = selectors.DefaultSelector()
+        for fd in self._captures:
+            os.set_blocking(fd, False)
+            self._sel.register(fd, selectors.EVENT_READ)
+
+    @property
+    def open(self) -> bool:
+        return bool(self._sel.get_map())
+
+    def pump(self, timeout: float) -> None:
+        for key, _ in self._sel.select(timeout):
+            try:
+                data = os.read(key.fd, READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if data:
+                self._captures[key.fd].feed(data)
+            else:
+                self._sel.unregister(key.fd)
+
+    def drain(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while self.open and time.monotonic() < until:
+            self.pump(0.05)
+
+    def close(self) -> None:
+        self._sel.close()
+
+
+def _spawn(argv: Sequence[str], *, backend: str, cwd: str | None, env: dict[str, str],
+           preexec: Callable[[], None]) -> subprocess.Popen:
+    """The child in a session of its own (its tree is one process group to kill), or a SandboxError."""
+    try:
+        return subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec, close_fds=True)
+    except FileNotFoundError as exc:
+        raise SandboxError(f"[{backend}] program not found: {exc.filename or argv[0]}") from exc
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxError(f"[{backend}] could not start {argv[0]}: {exc}") from exc
+
+
+def _supervise(proc: subprocess.Popen, pipes: _Pipes, deadline: float) -> bool:
+    """Read the pipes until they close or the deadline passes; True when it passed. A child that has
+    exited while descendants still hold its pipes gets ORPHAN_GRACE_S, then the caller kills them."""
+    exited_at: float | None = None
+    while pipes.open:
+        now = time.monotonic()
+        if now >= deadline:
+            return True
+        if exited_at is None and _exited(proc.pid):
+            exited_at = now
+        if exited_at is not None and now - exited_at > ORPHAN_GRACE_S:
+            return False
+        pipes.pump(min(deadline - now, TICK_S))
+    if exited_at is not None:
+        return False
+    # the pipes closed but the child may still be running (it closed them itself)
+    remaining = deadline - time.monotonic()
+    while not _exited(proc.pid) and remaining > 0:
+        time.sleep(min(remaining, TICK_S))
+        remaining = deadline - time.monotonic()
+    return not _exited(proc.pid)
+
+
+def _oom_killed(cgroup: CgroupLimits | None, spec: SandboxSpec, timed_out: bool, sig: int | None, stderr: str) -> bool:
+    """The cgroup's OOM count when there is one; else a SIGKILL nobody here sent under a memory limit
+    (most likely the OOM killer), or Python's own MemoryError at the end of stderr."""
+    if cgroup and cgroup.oom_kills() > 0:
+        return True
+    if not timed_out and sig == signal.SIGKILL and spec.memory_bytes is not None:
+        if cgroup is None or not cgroup.limits_memory or cgroup.memory_failcnt() > 0:
+            return True
+    return _memory_error_in(stderr)
+
+
 def execute(
     argv: Sequence[str],
     spec: SandboxSpec,
@@ -241,93 +323,34 @@ def execute(
     `apply_rlimits=False` leaves the launched program unlimited (the docker CLI: the
     container enforces the limits).
     """
-    stdout_cap, stderr_cap = _Capture(spec.output_cap_bytes), _Capture(spec.output_cap_bytes)
     start = time.monotonic()
+    preexec = _make_preexec(spec, network, cgroup, user, group, limit_address_space, apply_rlimits)
+    proc = _spawn(argv, backend=backend, cwd=cwd, env=spec.child_env() if env is None else env, preexec=preexec)
+    pipes = _Pipes(proc, spec.output_cap_bytes)
     try:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=cwd,
-            env=spec.child_env() if env is None else env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_make_preexec(spec, network, cgroup, user, group, limit_address_space, apply_rlimits),
-            close_fds=True,
-        )
-    except FileNotFoundError as exc:
-        raise SandboxError(f"[{backend}] program not found: {exc.filename or argv[0]}") from exc
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise SandboxError(f"[{backend}] could not start {argv[0]}: {exc}") from exc
-
-    deadline = start + spec.wall_timeout_s
-    timed_out = False
-    exited_at: float | None = None
-    sel = selectors.DefaultSelector()
-    captures = {proc.stdout.fileno(): stdout_cap, proc.stderr.fileno(): stderr_cap}
-    for fd in captures:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-
-    def pump(timeout: float) -> None:
-        for key, _ in sel.select(timeout):
-            try:
-                data = os.read(key.fd, READ_CHUNK)
-            except BlockingIOError:
-                continue
-            if data:
-                captures[key.fd].feed(data)
-            else:
-                sel.unregister(key.fd)
-
-    try:
-        while sel.get_map():
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if exited_at is None and _exited(proc.pid):
-                exited_at = now
-            if exited_at is not None and now - exited_at > ORPHAN_GRACE_S:
-                break  # descendants hold the pipes open: they are killed below
-            pump(min(deadline - now, TICK_S))
-        if not timed_out and exited_at is None:
-            # pipes closed but the child may still be running (it closed them itself)
-            remaining = deadline - time.monotonic()
-            while not _exited(proc.pid) and remaining > 0:
-                time.sleep(min(remaining, TICK_S))
-                remaining = deadline - time.monotonic()
-            timed_out = not _exited(proc.pid)
+        timed_out = _supervise(proc, pipes, start + spec.wall_timeout_s)
         if timed_out and on_timeout is not None:
             on_timeout()
-        # every descendant dies at the end: on timeout, and leftovers after a normal exit
-        _kill_tree(proc.pid, cgroup)
-        drain_until = time.monotonic() + DRAIN_AFTER_KILL_S
-        while sel.get_map() and time.monotonic() < drain_until:
-            pump(0.05)
+        _kill_tree(proc.pid, cgroup)  # every descendant dies at the end: on timeout, and leftovers after a normal exit
+        pipes.drain(DRAIN_AFTER_KILL_S)
         proc.wait()
     finally:
         if proc.returncode is None:
             _kill_tree(proc.pid, cgroup)
             proc.wait()
-        sel.close()
+        pipes.close()
         proc.stdout.close()
         proc.stderr.close()
     duration = time.monotonic() - start
 
     exit_code, sig = _status(proc.returncode, signal_from_exit_status)
-    stdout, stdout_truncated = stdout_cap.text()
-    stderr, stderr_truncated = stderr_cap.text()
-    oom = bool(cgroup and cgroup.oom_kills() > 0)
-    if not oom and not timed_out and sig == signal.SIGKILL and spec.memory_bytes is not None:
-        # killed by someone else while a memory limit was set: most likely the OOM killer
-        oom = cgroup is None or not cgroup.limits_memory or cgroup.memory_failcnt() > 0
-    oom = oom or _memory_error_in(stderr)
+    stdout, stdout_truncated = pipes.stdout.text()
+    stderr, stderr_truncated = pipes.stderr.text()
     return SandboxResult(
         exit_code=exit_code,
         signal=sig,
         timed_out=timed_out,
-        oom_killed=oom,
+        oom_killed=_oom_killed(cgroup, spec, timed_out, sig, stderr),
         stdout=stdout,
         stderr=stderr,
         stdout_truncated=stdout_truncated,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from memsys.config import GraphConfig
 from memsys.embed import Embedder
@@ -30,6 +30,7 @@ from memsys.graph.extract_llm import LLMExtractor
 from memsys.graph.extract_rules import RuleExtractor
 from memsys.graph.kg import KnowledgeGraph
 from memsys.graph.schema import Extraction, mau_date_label
+from memsys.records import MAU
 
 log = logging.getLogger(__name__)
 
@@ -104,23 +105,7 @@ def build_graph(
     report.reused = len(maus) - len(todo)
     if isinstance(ex, RuleExtractor):
         ex.observe(maus)
-    bar = None
-    if progress and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(todo), unit="mau", desc=f"graph ({name})")
-    fresh: dict[str, Extraction] = {}
-    try:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
-            got = ex.extract_many(batch)
-            tables.write_extractions(conn, lock, name, got)  # a killed build keeps finished batches
-            fresh.update((e.mau_id, e) for e in got)
-            if bar:
-                bar.update(len(batch))
-    finally:
-        if bar:
-            bar.close()
+    fresh = _extract(ex, todo, lambda got: tables.write_extractions(conn, lock, name, got), batch_size, progress)
     report.extracted = len(fresh)
     report.failed = len(todo) - len(fresh)
     if isinstance(ex, LLMExtractor):
@@ -129,12 +114,8 @@ def build_graph(
         report.prompt_tokens, report.completion_tokens = s.prompt_tokens, s.completion_tokens
     t1 = time.perf_counter()
 
-    extractions = []
-    for m in maus:
-        if m.id in fresh:
-            extractions.append(fresh[m.id])
-        elif m.id in done and done[m.id][0] == name:
-            extractions.append(done[m.id][1])
+    extractions = [fresh[m.id] if m.id in fresh else done[m.id][1] for m in maus
+                   if m.id in fresh or (m.id in done and done[m.id][0] == name)]
     dates = {m.id: mau_date_label(m) for m in maus}
     kg = KnowledgeGraph.from_extractions(extractions, embedder, cfg, dates,
                                          meta={"extractor": name, "maus": len(extractions)})
@@ -150,3 +131,26 @@ def build_graph(
     if is_memory:
         target.attach_graph(kg)
     return kg
+
+
+def _extract(ex: Any, todo: list[MAU], commit: Callable[[list[Extraction]], None], batch_size: int,
+             progress: bool) -> dict[str, Extraction]:
+    """Extractions by MAU id, committed batch by batch: a killed build keeps the batches it finished."""
+    bar = None
+    if progress and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="mau", desc=f"graph ({ex.name})")
+    fresh: dict[str, Extraction] = {}
+    try:
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start:start + batch_size]
+            got = ex.extract_many(batch)
+            commit(got)
+            fresh.update((e.mau_id, e) for e in got)
+            if bar:
+                bar.update(len(batch))
+    finally:
+        if bar:
+            bar.close()
+    return fresh

@@ -99,6 +99,27 @@ def _pairs(stored: Any) -> tuple[tuple[str, float], ...] | None:
         return None
 
 
+def _reply_from_cache(hit: Mapping[str, Any], latency_s: float) -> LLMReply:
+    return LLMReply(
+        text=hit["text"], parsed=hit.get("parsed"), prompt_tokens=hit["prompt_tokens"],
+        completion_tokens=hit["completion_tokens"], latency_s=latency_s, cost_usd=0.0, cached=True,
+        model=hit["model"], finish_reason=hit.get("finish_reason"), attempts=0,
+        tokens_estimated=hit.get("tokens_estimated", False), token_logprobs=_pairs(hit.get("token_logprobs")),
+    )
+
+
+def _cache_record(reply: LLMReply) -> dict[str, Any]:
+    """What the reply cache keeps of a reply: everything but this call's latency, cost and attempts."""
+    stored: dict[str, Any] = {
+        "text": reply.text, "parsed": reply.parsed, "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens, "model": reply.model, "finish_reason": reply.finish_reason,
+        "tokens_estimated": reply.tokens_estimated,
+    }
+    if reply.token_logprobs is not None:
+        stored["token_logprobs"] = [list(p) for p in reply.token_logprobs]
+    return stored
+
+
 def is_loopback(base_url: str | None) -> bool:
     if not base_url:
         return False
@@ -197,46 +218,51 @@ class LLMClient:
         messages = [dict(m) for m in messages]
         max_tokens = self.cfg.max_tokens if max_tokens is None else max_tokens
         temperature = self.cfg.temperature if temperature is None else temperature
+        seed = self.cfg.seed if seed is None else seed
         response_format = response_format_for(json_schema, json_mode)
-        wants_json = response_format is not None
         model_key = self.cfg.model if not self.cache_tag else f"{self.cfg.model}@{self.cache_tag}"
-        key = request_key(
-            model=model_key, messages=messages, response_format=response_format,
-            temperature=temperature, max_tokens=max_tokens, seed=self.cfg.seed if seed is None else seed,
-            logprobs=logprobs,
-        )
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                reply = LLMReply(
-                    text=hit["text"], parsed=hit.get("parsed"), prompt_tokens=hit["prompt_tokens"],
-                    completion_tokens=hit["completion_tokens"], latency_s=time.perf_counter() - started,
-                    cost_usd=0.0, cached=True, model=hit["model"], finish_reason=hit.get("finish_reason"),
-                    attempts=0, tokens_estimated=hit.get("tokens_estimated", False),
-                    token_logprobs=_pairs(hit.get("token_logprobs")),
-                )
-                self._record(reply)
-                return reply
+        key = request_key(model=model_key, messages=messages, response_format=response_format,
+                          temperature=temperature, max_tokens=max_tokens, seed=seed, logprobs=logprobs)
+        hit = self.cache.get(key) if self.cache is not None else None
+        if hit is not None:
+            reply = _reply_from_cache(hit, time.perf_counter() - started)
+        else:
+            params = self._wire_params(messages, max_tokens, temperature, seed, logprobs, response_format)
+            reply = self._complete(params, started, json_schema=json_schema if response_format else None,
+                                   wants_json=response_format is not None, logprobs=logprobs)
+            if self.cache is not None:
+                self.cache.put(key, model_key, _cache_record(reply))
+        self._record(reply)
+        return reply
 
-        prompt_estimate = count_message_tokens(messages)
-        reservation = None
-        if self.budget is not None:
-            worst = cost_usd(prompt_estimate, max_tokens, self.cfg.price_input_per_1m, self.cfg.price_output_per_1m)
-            reservation = self.budget.reserve(prompt_estimate, max_tokens, worst)
+    def _wire_params(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float, seed: int | None,
+                     logprobs: bool, response_format: dict[str, Any] | None) -> dict[str, Any]:
+        """The request as this server takes it (the cache key keeps the OpenAI form)."""
         params: dict[str, Any] = {
             "model": self.cfg.model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
         }
-        if seed is not None or self.cfg.seed is not None:
-            params["seed"] = self.cfg.seed if seed is None else seed
+        if seed is not None:
+            params["seed"] = seed
         if logprobs:
             # top_logprobs too: llama-cpp-python computes none without it, and says nothing (session 19's
             # omni run with record_logprobs came back without them); 1 is the cheapest any server accepts
             params["logprobs"], params["top_logprobs"] = True, 1
         if response_format is not None:
-            # the cache key keeps the OpenAI form; only the wire format depends on the server
             params["response_format"] = (
                 to_llama_cpp_format(response_format) if self.cfg.backend == "local" else response_format
             )
+        return params
+
+    def _complete(self, params: dict[str, Any], started: float, *, json_schema: Mapping[str, Any] | None,
+                  wants_json: bool, logprobs: bool) -> LLMReply:
+        """One call on the wire inside the budget: the worst case is reserved first, a failed call gives
+        its reservation back, a finished one is charged what the server says it used."""
+        messages, max_tokens = params["messages"], params["max_tokens"]
+        reservation = None
+        if self.budget is not None:
+            prompt_estimate = count_message_tokens(messages)
+            worst = cost_usd(prompt_estimate, max_tokens, self.cfg.price_input_per_1m, self.cfg.price_output_per_1m)
+            reservation = self.budget.reserve(prompt_estimate, max_tokens, worst)
         try:
             completion, attempts = self._create_with_retries(params)
             text, finish_reason, model, prompt_tokens, completion_tokens, estimated = self._unpack(completion, messages)
@@ -258,19 +284,8 @@ class LLMClient:
                                       finish_reason, attempts, estimated), ok=False, error_kind=exc.kind)
                 raise
         token_logprobs = _token_logprobs(completion) if logprobs else None
-        reply = LLMReply(text, parsed, prompt_tokens, completion_tokens, latency, cost, False, model,
-                         finish_reason, attempts, estimated, token_logprobs)
-        if self.cache is not None:
-            stored: dict[str, Any] = {
-                "text": text, "parsed": parsed, "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens, "model": model, "finish_reason": finish_reason,
-                "tokens_estimated": estimated,
-            }
-            if token_logprobs is not None:
-                stored["token_logprobs"] = [list(p) for p in token_logprobs]
-            self.cache.put(key, model_key, stored)
-        self._record(reply)
-        return reply
+        return LLMReply(text, parsed, prompt_tokens, completion_tokens, latency, cost, False, model,
+                        finish_reason, attempts, estimated, token_logprobs)
 
     def chat_json(self, messages: Sequence[Message], schema: Mapping[str, Any], *, max_tokens: int | None = None) -> dict[str, Any]:
         """The reply as a dict that satisfies ``schema`` (sent as strict structured output)."""

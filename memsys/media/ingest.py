@@ -247,6 +247,20 @@ def _already_stored(st: Any, sha: str, item: "MediaItemReport", report: "MediaRe
     return True
 
 
+def _crossmodal_decision(memory: Any, caption: str, vision: IngestDecision, item: MediaItemReport) -> IngestDecision:
+    """The image's decision once its caption is checked against the recent text: a caption that repeats
+    what was just said rejects the image; an uncertain one marks an otherwise clear image uncertain."""
+    cfg, text_cfg = memory.cfg.ingest.media, memory.cfg.ingest.text
+    cross = CrossModalGate(cfg.crossmodal_reject_above, text_cfg.uncertain_above).check(
+        caption, recent_text_window(memory.store.maus, text_cfg.window))
+    item.stats["crossmodal_jaccard"] = cross.score
+    if not cross.accepted:
+        return cross
+    if cross.verdict == "uncertain" and vision.verdict != "uncertain":
+        return IngestDecision(True, "uncertain", vision.score, f"{vision.reason}; {cross.reason}".strip("; "))
+    return vision
+
+
 def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = None, *,
                  timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
                  image_id: str | None = None, speaker: str | None = None, source_id: str | None = None,
@@ -285,18 +299,11 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
             if caption is None and captioner is not None:
                 caption = _call_captioner(captioner, data, dec.mime, item, "image")
                 caption_source = "captioner" if caption else "none"
-            decision = vision
-            if caption and cfg.crossmodal:
-                text_cfg = memory.cfg.ingest.text
-                cross = CrossModalGate(cfg.crossmodal_reject_above, text_cfg.uncertain_above).check(
-                    caption, recent_text_window(memory.store.maus, text_cfg.window))
-                item.stats["crossmodal_jaccard"] = cross.score
-                if not cross.accepted:
-                    item.decision = cross
-                    _finish(report, item)
-                    return None
-                if cross.verdict == "uncertain" and vision.verdict != "uncertain":
-                    decision = IngestDecision(True, "uncertain", vision.score, f"{vision.reason}; {cross.reason}".strip("; "))
+            decision = _crossmodal_decision(memory, caption, vision, item) if caption and cfg.crossmodal else vision
+            if not decision.accepted:
+                item.decision = decision
+                _finish(report, item)
+                return None
             pointer, new_bytes = _put(memory.store.cold, data, dec.ext)
             vec_pointer, new_vec = _put(memory.store.cold, np.asarray(vec, "<f2").tobytes(), "f16")
             tag = f"[image {image_id}]" if image_id else "[image]"
@@ -305,13 +312,9 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
                 "mime": dec.mime, "width": dec.width, "height": dec.height, "bytes": len(data), "sha256": sha,
                 "caption_source": caption_source, "novelty": decision.verdict, "vision": vision.verdict,
                 "image_encoder": enc.name, "image_vec_pointer": vec_pointer,
+                **({"caption": caption} if caption else {}), **({"image_id": image_id} if image_id else {}),
+                **({} if isinstance(image, (bytes, bytearray, memoryview)) else {"source": str(image)}),
             }
-            if caption:
-                details["caption"] = caption
-            if image_id:
-                details["image_id"] = image_id
-            if not isinstance(image, (bytes, bytearray, memoryview)):
-                details["source"] = str(image)
             mau = MAU(id=mid, summary=summary, modality=Modality.IMAGE, timestamp=timestamp, pointer=pointer,
                       session_id=session_id, source_id=source_id or image_id, speaker=speaker, details=details,
                       persons=[speaker] if speaker else [])

@@ -69,13 +69,24 @@ def build_pyramid(
         def framing_tokens(mau: MAU) -> int:
             return count_tokens(render_line(99, mau, "", answer_cfg.include_metadata))
 
-    budget = cfg.budget_tokens
-    remaining = budget - reserved_tokens
-    ctx = Context(query=query, items=[], budget_tokens=budget)
-
-    # Level 1: summaries in rank order. An item's tokens include its rendered framing
-    # (number, date, speaker, resolved times), so the prompt itself stays within B.
+    ctx = Context(query=query, items=[], budget_tokens=cfg.budget_tokens)
     summarize = level1_summarizer(query, candidates, cfg, count_tokens)
+    remaining = _level1(ctx, candidates, summarize, count_tokens, framing_tokens,
+                        cfg.budget_tokens - reserved_tokens)
+    if not cfg.enabled or answer_cfg.context_text == "summary":
+        for item in ctx.items:
+            item.reason += "; pyramid off" if not cfg.enabled else "; summaries only"
+        return ctx
+    remaining = _level2(ctx, cfg.theta, answer_cfg.context_text, count_tokens, remaining)
+    if cfg.level3:
+        _level3(ctx, load_raw, count_tokens, remaining)
+    return ctx
+
+
+def _level1(ctx: Context, candidates: Sequence[RankedCandidate], summarize: Callable[[MAU], str],
+            count_tokens: Callable[[str], int], framing_tokens: Callable[[MAU], int], remaining: int) -> int:
+    """Summaries in rank order; returns the tokens left. An item's tokens include its rendered framing
+    (number, date, speaker, resolved times), so the prompt itself stays within B."""
     for rank, c in enumerate(candidates):
         text = summarize(c.mau)
         tokens = count_tokens(text) + framing_tokens(c.mau)
@@ -87,18 +98,17 @@ def build_pyramid(
             mau=c.mau, rank=rank, similarity=c.similarity, sources=set(c.sources), level=1,
             reason="top-k summary", text=text, tokens=tokens, fused_score=c.fused_score,
         ))
-    if not cfg.enabled or answer_cfg.context_text == "summary":
-        for item in ctx.items:
-            item.reason += "; pyramid off" if not cfg.enabled else "; summaries only"
-        return ctx
+    return remaining
 
-    # Level 2: full text above theta, most similar first
+
+def _level2(ctx: Context, theta: float, context_text: str, count_tokens: Callable[[str], int], remaining: int) -> int:
+    """Full text for the items above theta, most similar first; returns the tokens left."""
     for item in sorted(ctx.items, key=lambda i: (-i.similarity, i.rank)):
-        if item.similarity <= cfg.theta:
-            item.reason += f"; sim {item.similarity:.2f} <= theta {cfg.theta}"
+        if item.similarity <= theta:
+            item.reason += f"; sim {item.similarity:.2f} <= theta {theta}"
             continue
         full = item.mau.full_text
-        if answer_cfg.context_text == "both" and full != item.mau.summary:
+        if context_text == "both" and full != item.mau.summary:
             full = f"{item.mau.summary} | original: {full}"
         if full == item.text:
             item.level, item.reason = 2, item.reason + f"; sim {item.similarity:.2f} > theta, summary is the full text"
@@ -109,12 +119,13 @@ def build_pyramid(
             continue
         remaining -= extra
         item.text, item.tokens, item.level = full, item.tokens + extra, 2
-        item.reason += f"; sim {item.similarity:.2f} > theta {cfg.theta}: full text"
+        item.reason += f"; sim {item.similarity:.2f} > theta {theta}: full text"
+    return remaining
 
-    if not cfg.level3:
-        return ctx
 
-    # Level 3: raw content by similarity per token, greedy
+def _level3(ctx: Context, load_raw: Callable[[MAU], RawContent | None], count_tokens: Callable[[str], int],
+            remaining: int) -> None:
+    """Raw content, greedy by similarity per token: the budget goes where a token buys the most."""
     offers = []
     for item in ctx.items:
         raw = load_raw(item.mau)
@@ -134,12 +145,12 @@ def build_pyramid(
             continue
         remaining -= cost
         item.level = 3
+        item.tokens += cost
         if raw.media is not None:
             item.media.append(raw.media)
-            item.tokens += cost
             item.reason += f"; level 3: raw {raw.media.modality.value} ({cost} tok)"
         else:
             item.text = _with_raw(item.text, raw.text)
-            item.tokens += cost
             item.reason += f"; level 3: raw text ({cost} tok)"
-    return ctx
+
+
