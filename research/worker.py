@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -77,9 +79,42 @@ def run_untrusted(task: UntrustedTask) -> UntrustedResult:
                            time.perf_counter() - started)
 
 
+def killed_with_its_node(result: SandboxResult, *, grace_s: float = 3.0, poll_s: float = 0.1) -> bool:
+    """Whether a sandbox that died of a SIGKILL the sandbox did not send died with this Ray node.
+
+    When a node goes, its processes die in no set order: the sandboxed child can be killed first,
+    and this worker would then hand back a SIGKILL that the driver charges to the candidate. A
+    worker's parent is its raylet (``RAY_RAYLET_PID``); if the raylet is gone, or goes within
+    ``grace_s``, the kill was the node's. A candidate that kills itself on a live node waits
+    ``grace_s`` once and is reported as it ended."""
+    if result.signal != signal.SIGKILL or result.timed_out or result.oom_killed:
+        return False
+    raylet = os.environ.get("RAY_RAYLET_PID", "")
+    if not raylet.isdigit():
+        return False
+    deadline = time.monotonic() + grace_s
+    while os.getppid() == int(raylet):  # a dead parent's children are re-parented at once
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def run_on_node(task: UntrustedTask, needs: NodeNeeds | None, relay: RelayTarget | None) -> UntrustedResult | NodeFault:
     """``run_untrusted`` on a Ray node, after fitting the node to the task (research.node) and, when
-    the reader must reach the driver's gateway from here, behind a relay (research.relay)."""
+    the reader must reach the driver's gateway from here, behind a relay (research.relay).
+
+    A sandbox killed along with its node ends this worker instead of returning: Ray then sees a dead
+    worker and re-runs the task elsewhere (``research.ray.max_retries``), as for any node loss."""
+    out = _run_fitted(task, needs, relay)
+    if isinstance(out, UntrustedResult) and killed_with_its_node(out.sandbox):
+        print(f"memsys worker: the sandbox of {task.label or 'an evaluation'} died with node {node_id()[:12]}; "
+              "exiting so that Ray re-runs it", file=sys.stderr, flush=True)
+        os._exit(1)
+    return out
+
+
+def _run_fitted(task: UntrustedTask, needs: NodeNeeds | None, relay: RelayTarget | None) -> UntrustedResult | NodeFault:
     if needs is None or task.roots is None:
         return run_untrusted(task)
     node = node_id()

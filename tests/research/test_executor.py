@@ -178,6 +178,10 @@ def test_two_nodes_share_the_work_and_a_dead_node_is_retried_elsewhere(tmp_path,
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     victim = next(n for n in nodes if _runs_task(n))
+    # a dying node's processes go in no set order: kill the sandboxed program first, as happens when the
+    # node's own teardown reaches it before its raylet, so the worker outlives it and must not report it
+    for child in _task_worker(victim).children(recursive=True):
+        child.kill()
     c.remove_node(victim, allow_graceful=False)
     worker.join(timeout=120)
     assert result["r"].answers == b"slow\n"
@@ -187,10 +191,14 @@ def test_two_nodes_share_the_work_and_a_dead_node_is_retried_elsewhere(tmp_path,
     assert placed[0] == victim.node_id  # the first start was announced; the result names the survivor
 
 
-def _runs_task(node) -> bool:
-    """The node whose raylet has a worker process that is not idle (ours is the only task)."""
+def _task_worker(node):
+    """The node's worker process that runs our task, or None (ours is the only task)."""
     import psutil
 
     raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
-    return any(p.name().startswith("ray::run_on_node") or "run_on_node" in " ".join(p.cmdline())
-               for p in raylet.children(recursive=True))
+    return next((p for p in raylet.children(recursive=True)
+                 if p.name().startswith("ray::run_on_node") or "run_on_node" in " ".join(p.cmdline())), None)
+
+
+def _runs_task(node) -> bool:
+    return _task_worker(node) is not None
