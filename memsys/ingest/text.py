@@ -10,7 +10,7 @@ from typing import Any
 from memsys.config import IngestConfig
 from memsys.errors import InputError
 from memsys.ingest.text_gate import TextNoveltyGate
-from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality, Turn
+from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality, TimeMention, Turn
 from memsys.store.cold import ColdStore
 from memsys.temporal import describe_mention, resolve_relative_times
 
@@ -70,6 +70,75 @@ def turn_text(turn: Turn) -> str:
     return text
 
 
+@dataclass
+class _SessionChain:
+    """The prev/next bookkeeping of one ingest call.
+
+    Kept together because a link may point into this batch (patched in place)
+    or at an already stored MAU (owed to the caller through ``stored_next``).
+    """
+
+    last_in_session: dict[str, str]
+    stored_next: dict[str, str] | None
+    in_batch: dict[str, MAU] = field(default_factory=dict)
+
+    def link(self, m: MAU, session_id: str | None, enabled: bool) -> None:
+        if enabled and session_id:
+            prev = self.last_in_session.get(session_id)
+            if prev:
+                m.links.append(Link(LinkKind.PREV, prev))
+                if prev in self.in_batch:
+                    self.in_batch[prev].links.append(Link(LinkKind.NEXT, m.id))
+                elif self.stored_next is not None:
+                    self.stored_next[prev] = m.id
+            self.last_in_session[session_id] = m.id
+        self.in_batch[m.id] = m
+
+
+def _time_mentions(turn: Turn, cfg: IngestConfig) -> list[TimeMention]:
+    if cfg.resolve_relative_time and turn.timestamp is not None:
+        return resolve_relative_times(turn.text, turn.timestamp)
+    return []
+
+
+def _store_raw_turn(turn: Turn, cold: ColdStore) -> str:
+    """Keep the turn as given, so the summary can be rebuilt or audited later."""
+    raw = {"id": turn.id, "speaker": turn.speaker, "text": turn.text,
+           "timestamp": turn.timestamp.isoformat() if turn.timestamp else None,
+           "image_caption": turn.image_caption, "image_path": turn.image_path}
+    return cold.put_text(json.dumps(raw, ensure_ascii=False, sort_keys=True))
+
+
+def _text_details(turn: Turn, text: str, verdict: str, mentions: list[TimeMention]) -> dict[str, Any]:
+    details: dict[str, Any] = {"text": text, "novelty": verdict}
+    if mentions:
+        details["resolved_times"] = [describe_mention(m) for m in mentions]
+    if turn.image_path:
+        details["image_path"] = turn.image_path
+    if turn.user is not None:
+        details["user"] = turn.user
+    if turn.conversation is not None:
+        details["conversation"] = turn.conversation
+    return details
+
+
+def _text_mau(turn: Turn, text: str, pointer: str, details: dict[str, Any],
+              mentions: list[TimeMention]) -> MAU:
+    return MAU(
+        id=turn.id,
+        summary=text,
+        modality=Modality.TEXT,
+        timestamp=turn.timestamp,
+        pointer=pointer,
+        session_id=turn.session_id,
+        source_id=turn.id,
+        speaker=turn.speaker,
+        details=details,
+        persons=[turn.speaker] if turn.speaker else [],
+        time_mentions=mentions,
+    )
+
+
 def build_text_maus(
     turns: list[Turn],
     cfg: IngestConfig,
@@ -86,51 +155,16 @@ def build_text_maus(
     stored MAU is reported in ``stored_next`` (prev id -> new id) for the caller.
     """
     out: list[MAU] = []
-    in_batch: dict[str, MAU] = {}
+    chain = _SessionChain(last_in_session, stored_next)
     for turn in turns:
         text = turn_text(turn)
         decision = gate.check(text)
         report.record(turn.id, decision)
         if not decision.accepted:
             continue
-        mentions = []
-        if cfg.resolve_relative_time and turn.timestamp is not None:
-            mentions = resolve_relative_times(turn.text, turn.timestamp)
-        raw = {"id": turn.id, "speaker": turn.speaker, "text": turn.text,
-               "timestamp": turn.timestamp.isoformat() if turn.timestamp else None,
-               "image_caption": turn.image_caption, "image_path": turn.image_path}
-        pointer = cold.put_text(json.dumps(raw, ensure_ascii=False, sort_keys=True))
-        details = {"text": text, "novelty": decision.verdict}
-        if mentions:
-            details["resolved_times"] = [describe_mention(m) for m in mentions]
-        if turn.image_path:
-            details["image_path"] = turn.image_path
-        if turn.user is not None:
-            details["user"] = turn.user
-        if turn.conversation is not None:
-            details["conversation"] = turn.conversation
-        m = MAU(
-            id=turn.id,
-            summary=text,
-            modality=Modality.TEXT,
-            timestamp=turn.timestamp,
-            pointer=pointer,
-            session_id=turn.session_id,
-            source_id=turn.id,
-            speaker=turn.speaker,
-            details=details,
-            persons=[turn.speaker] if turn.speaker else [],
-            time_mentions=mentions,
-        )
-        if cfg.link_sessions and turn.session_id:
-            prev = last_in_session.get(turn.session_id)
-            if prev:
-                m.links.append(Link(LinkKind.PREV, prev))
-                if prev in in_batch:
-                    in_batch[prev].links.append(Link(LinkKind.NEXT, m.id))
-                elif stored_next is not None:
-                    stored_next[prev] = m.id
-            last_in_session[turn.session_id] = m.id
-        in_batch[m.id] = m
+        mentions = _time_mentions(turn, cfg)
+        pointer = _store_raw_turn(turn, cold)
+        m = _text_mau(turn, text, pointer, _text_details(turn, text, decision.verdict, mentions), mentions)
+        chain.link(m, turn.session_id, cfg.link_sessions)
         out.append(m)
     return out
