@@ -42,9 +42,9 @@ from memsys.errors import ConfigError, DuplicateIdError
 from memsys.media import MediaInputError
 from memsys.media.audio import AudioClip, encode_wav, find_speech_segments, load_audio, rms
 from memsys.media.encoders import ImageEncoder, make_image_encoder
-from memsys.media.gates import AudioGate, CrossModalGate, VisionNoveltyGate, recent_text_window
-from memsys.media.image import decode_image, encode_jpeg, read_media_bytes
-from memsys.media.video import segment_scenes
+from memsys.media.gates import AudioGate, CrossModalGate, SpeechSegment, VisionNoveltyGate, recent_text_window
+from memsys.media.image import DecodedImage, decode_image, encode_jpeg, read_media_bytes
+from memsys.media.video import Scene, SceneSegmentation, segment_scenes
 from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality
 from memsys.store.atomic import sha256_bytes
 from memsys.store.cold import POINTER_PREFIX, ColdStore
@@ -204,6 +204,24 @@ def _offset(ts: datetime | None, seconds: float) -> datetime | None:
     return ts + timedelta(seconds=round(seconds, 3)) if ts is not None else None
 
 
+@dataclass(frozen=True)
+class _MauMeta:
+    """The caller's when / where / who, copied onto every MAU an item yields."""
+
+    timestamp: datetime | None
+    session_id: str | None
+    speaker: str | None
+
+    @property
+    def persons(self) -> list[str]:
+        return [self.speaker] if self.speaker else []
+
+
+def _one_line(text: str | None) -> str | None:
+    """A caller's caption with its whitespace collapsed; None when it is blank."""
+    return " ".join(text.split()) if text and text.strip() else None
+
+
 def _link_chain(maus: Sequence[MAU]) -> None:
     for a, b in zip(maus, maus[1:]):
         a.links.append(Link(LinkKind.NEXT, b.id))
@@ -261,6 +279,106 @@ def _crossmodal_decision(memory: Any, caption: str, vision: IngestDecision, item
     return vision
 
 
+@dataclass(frozen=True)
+class _ImageBytes:
+    """An image as read and decoded; ``source`` is what the caller passed (a path or the bytes)."""
+
+    source: str | Path | bytes
+    data: bytes
+    dec: DecodedImage
+    sha: str
+
+
+@dataclass(frozen=True)
+class _ImageVision:
+    enc: ImageEncoder
+    vec: np.ndarray
+    decision: IngestDecision  # the vision gate's verdict (not committed to the gate yet)
+
+
+@dataclass(frozen=True)
+class _Caption:
+    text: str | None
+    source: str  # "given" | "captioner" | "none"
+
+
+@dataclass(frozen=True)
+class _ImageLabels:
+    """The caller's names for one image, beside the shared when / where / who."""
+
+    meta: _MauMeta
+    image_id: str | None
+    source_id: str | None
+
+
+def _read_image(image: str | Path | bytes, max_bytes: int, item: MediaItemReport) -> _ImageBytes:
+    data, item.item = read_media_bytes(image, max_bytes, "image")
+    item.bytes_in = len(data)
+    dec = decode_image(data, item.item)  # a corrupt image fails before any state is touched
+    return _ImageBytes(image, data, dec, sha256_bytes(data))
+
+
+def _new_image_id(memory: Any, id: str | None, img: _ImageBytes, item: MediaItemReport) -> str:
+    mid = id or f"img-{img.sha[:16]}"
+    if mid in memory.store.positions:
+        raise DuplicateIdError(f"image {item.item}: MAU id {mid!r} already in the store")
+    return mid
+
+
+def _vision_check(memory: Any, st: _MediaState, encoder: ImageEncoder | None, img: _ImageBytes,
+                  item: MediaItemReport) -> _ImageVision:
+    """Encode and gate without committing, so a rejected caption leaves the reference as it was."""
+    enc = st.encoder_for(memory, encoder)
+    vec = np.asarray(enc.encode([img.dec.image])[0], np.float32)
+    vision = st.image_gate.check(vec, commit=False)
+    item.stats["vision_cosine"] = vision.score
+    return _ImageVision(enc, vec, vision)
+
+
+def _image_caption(caption: str | None, captioner: Captioner | None, img: _ImageBytes,
+                   item: MediaItemReport) -> _Caption:
+    """The given caption, else the captioner's (called only here, after the vision gate let the image in)."""
+    source = "given" if caption and caption.strip() else "none"
+    text = _one_line(caption)
+    if text is None and captioner is not None:
+        text = _call_captioner(captioner, img.data, img.dec.mime, item, "image")
+        source = "captioner" if text else "none"
+    return _Caption(text, source)
+
+
+def _drop(report: "MediaReport | None", item: MediaItemReport, decision: IngestDecision) -> None:
+    item.decision = decision
+    _finish(report, item)
+
+
+def _image_details(img: _ImageBytes, vision: _ImageVision, cap: _Caption, decision: IngestDecision,
+                   vec_pointer: str, image_id: str | None) -> dict[str, Any]:
+    dec = img.dec
+    return {
+        "mime": dec.mime, "width": dec.width, "height": dec.height, "bytes": len(img.data), "sha256": img.sha,
+        "caption_source": cap.source, "novelty": decision.verdict, "vision": vision.decision.verdict,
+        "image_encoder": vision.enc.name, "image_vec_pointer": vec_pointer,
+        **({"caption": cap.text} if cap.text else {}), **({"image_id": image_id} if image_id else {}),
+        **({} if isinstance(img.source, (bytes, bytearray, memoryview)) else {"source": str(img.source)}),
+    }
+
+
+def _image_mau(mid: str, img: _ImageBytes, vision: _ImageVision, cap: _Caption, decision: IngestDecision,
+               labels: _ImageLabels, cold: ColdStore) -> tuple[MAU, int]:
+    """The image MAU with its bytes and encoder vector in the cold tier, and the bytes newly written."""
+    dec = img.dec
+    pointer, new_bytes = _put(cold, img.data, dec.ext)
+    vec_pointer, new_vec = _put(cold, np.asarray(vision.vec, "<f2").tobytes(), "f16")
+    tag = f"[image {labels.image_id}]" if labels.image_id else "[image]"
+    summary = f"{tag} {cap.text}" if cap.text else f"{tag} {dec.width}x{dec.height} {dec.mime} (no caption)"
+    details = _image_details(img, vision, cap, decision, vec_pointer, labels.image_id)
+    meta = labels.meta
+    mau = MAU(id=mid, summary=summary, modality=Modality.IMAGE, timestamp=meta.timestamp, pointer=pointer,
+              session_id=meta.session_id, source_id=labels.source_id or labels.image_id, speaker=meta.speaker,
+              details=details, persons=meta.persons)
+    return mau, new_bytes + new_vec
+
+
 def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = None, *,
                  timestamp: datetime | None = None, session_id: str | None = None, id: str | None = None,
                  image_id: str | None = None, speaker: str | None = None, source_id: str | None = None,
@@ -275,54 +393,29 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
     cfg = memory.cfg.ingest.media
     item = MediaItemReport(_label(image), "image")
     try:
-        data, item.item = read_media_bytes(image, cfg.max_image_bytes, "image")
-        item.bytes_in = len(data)
-        dec = decode_image(data, item.item)
-        sha = sha256_bytes(data)
+        img = _read_image(image, cfg.max_image_bytes, item)
         st = media_state(memory)
         with st.lock:
-            if _already_stored(st, sha, item, report):
+            if _already_stored(st, img.sha, item, report):
                 return None
-            mid = id or f"img-{sha[:16]}"
-            if mid in memory.store.positions:
-                raise DuplicateIdError(f"image {item.item}: MAU id {mid!r} already in the store")
-            enc = st.encoder_for(memory, encoder)
-            vec = np.asarray(enc.encode([dec.image])[0], np.float32)
-            vision = st.image_gate.check(vec, commit=False)
-            item.stats["vision_cosine"] = vision.score
-            if not vision.accepted:
-                item.decision = vision
-                _finish(report, item)
+            mid = _new_image_id(memory, id, img, item)
+            vision = _vision_check(memory, st, encoder, img, item)
+            if not vision.decision.accepted:
+                _drop(report, item, vision.decision)
                 return None
-            caption_source = "given" if caption and caption.strip() else "none"
-            caption = " ".join(caption.split()) if caption and caption.strip() else None
-            if caption is None and captioner is not None:
-                caption = _call_captioner(captioner, data, dec.mime, item, "image")
-                caption_source = "captioner" if caption else "none"
-            decision = _crossmodal_decision(memory, caption, vision, item) if caption and cfg.crossmodal else vision
+            cap = _image_caption(caption, captioner, img, item)
+            decision = (_crossmodal_decision(memory, cap.text, vision.decision, item) if cap.text and cfg.crossmodal
+                        else vision.decision)
             if not decision.accepted:
-                item.decision = decision
-                _finish(report, item)
+                _drop(report, item, decision)
                 return None
-            pointer, new_bytes = _put(memory.store.cold, data, dec.ext)
-            vec_pointer, new_vec = _put(memory.store.cold, np.asarray(vec, "<f2").tobytes(), "f16")
-            tag = f"[image {image_id}]" if image_id else "[image]"
-            summary = f"{tag} {caption}" if caption else f"{tag} {dec.width}x{dec.height} {dec.mime} (no caption)"
-            details: dict[str, Any] = {
-                "mime": dec.mime, "width": dec.width, "height": dec.height, "bytes": len(data), "sha256": sha,
-                "caption_source": caption_source, "novelty": decision.verdict, "vision": vision.verdict,
-                "image_encoder": enc.name, "image_vec_pointer": vec_pointer,
-                **({"caption": caption} if caption else {}), **({"image_id": image_id} if image_id else {}),
-                **({} if isinstance(image, (bytes, bytearray, memoryview)) else {"source": str(image)}),
-            }
-            mau = MAU(id=mid, summary=summary, modality=Modality.IMAGE, timestamp=timestamp, pointer=pointer,
-                      session_id=session_id, source_id=source_id or image_id, speaker=speaker, details=details,
-                      persons=[speaker] if speaker else [])
+            labels = _ImageLabels(_MauMeta(timestamp, session_id, speaker), image_id, source_id)
+            mau, new_bytes = _image_mau(mid, img, vision, cap, decision, labels, memory.store.cold)
             memory.add_maus([mau])
-            if vision.verdict == "novel":  # only a clear visual change moves the reference
-                st.image_gate.accept(vec)
-            st.seen_sha[sha] = mid
-        item.decision, item.mau_ids, item.bytes_stored = decision, [mid], new_bytes + new_vec
+            if vision.decision.verdict == "novel":  # only a clear visual change moves the reference
+                st.image_gate.accept(vision.vec)
+            st.seen_sha[img.sha] = mid
+        item.decision, item.mau_ids, item.bytes_stored = decision, [mid], new_bytes
         _finish(report, item)
         return mau
     except (MediaInputError, DuplicateIdError) as exc:
@@ -372,6 +465,92 @@ class _Speech:
         return sum(m.time_span[1] - m.time_span[0] for m in self.maus)  # type: ignore[index]
 
 
+@dataclass(frozen=True)
+class _SpeechTrack:
+    """One decoded track and where its speech MAUs go: ids ``{base}:{stem}NNN``, spans shifted by ``t0``."""
+
+    clip: AudioClip
+    base: str
+    stem: str
+    sha: str
+    t0: float
+    track: str | None
+    transcript_fn: TranscriptFn | None
+    meta: _MauMeta
+
+
+def _speech_candidates(cfg: Any, gate: AudioGate, clip: AudioClip) -> tuple[list[SpeechSegment], IngestDecision | None, float]:
+    """The VAD's candidate segments, the whole-track silence verdict, and the track's RMS.
+
+    A track below the energy floor is silence as a whole: the VAD is not run on it.
+    """
+    total_rms = rms(clip.samples)
+    if gate.is_silent(total_rms):
+        silence = IngestDecision(False, "silence", total_rms,
+                                 f"whole file energy {total_rms:.4f} < {cfg.silence_energy}")
+        return [], silence, total_rms
+    segments = find_speech_segments(clip.samples, clip.sample_rate, threshold=cfg.vad_threshold,
+                                    min_segment_ms=cfg.vad_min_segment_ms,
+                                    min_silence_ms=cfg.vad_min_silence_ms, pad_ms=cfg.vad_speech_pad_ms)
+    return segments, None, total_rms
+
+
+def _segment_span(tr: _SpeechTrack, seg: SpeechSegment) -> tuple[float, float]:
+    return round(tr.t0 + seg.start, 3), round(tr.t0 + seg.end, 3)
+
+
+def _segment_part(tr: _SpeechTrack, seg: SpeechSegment, d: IngestDecision) -> dict[str, Any]:
+    part: dict[str, Any] = {"span": list(_segment_span(tr, seg)), "verdict": d.verdict,
+                            "speech_prob": round(seg.speech_prob, 3), "rms": round(seg.rms, 4), "mau_id": None}
+    if tr.track:
+        part["track"] = tr.track
+    return part
+
+
+def _transcribe(tr: _SpeechTrack, samples: np.ndarray, seg: SpeechSegment, item: MediaItemReport) -> str | None:
+    if tr.transcript_fn is None:
+        return None
+    try:
+        return " ".join(str(tr.transcript_fn(samples, tr.clip.sample_rate) or "").split()) or None
+    except Exception as exc:  # an ASR failure must not lose the segment
+        item.notes.append(f"transcript failed for {tr.t0 + seg.start:.1f}-{tr.t0 + seg.end:.1f} s: "
+                          f"{type(exc).__name__}")
+        return None
+
+
+def _segment_details(tr: _SpeechTrack, seg: SpeechSegment, d: IngestDecision, transcript: str | None,
+                     item: MediaItemReport) -> dict[str, Any]:
+    details: dict[str, Any] = {"mime": "audio/wav", "source": item.item, "source_sha256": tr.sha,
+                               "speech_prob": round(seg.speech_prob, 4), "rms": round(seg.rms, 5),
+                               "novelty": d.verdict, "transcript_source": "transcript_fn" if transcript else "none"}
+    if transcript:
+        details["transcript"] = transcript
+    if tr.track:
+        details["track"] = tr.track
+    return details
+
+
+def _segment_mau(memory: Any, tr: _SpeechTrack, seg: SpeechSegment, d: IngestDecision, n: int,
+                 item: MediaItemReport) -> tuple[MAU, int]:
+    """The ``n``-th kept segment as a MAU, its WAV in the cold tier, and the bytes newly written."""
+    rate = tr.clip.sample_rate
+    a, b = int(seg.start * rate), int(seg.end * rate)
+    samples = tr.clip.samples[a:b]
+    transcript = _transcribe(tr, samples, seg, item)
+    pointer, nb = _put(memory.store.cold, encode_wav(samples, rate), "wav")
+    mid = f"{tr.base}:{tr.stem}{n:03d}"
+    if mid in memory.store.positions:
+        raise DuplicateIdError(f"{item.modality} {item.item}: MAU id {mid!r} already in the store")
+    details = _segment_details(tr, seg, d, transcript, item)
+    placeholder = f"[speech segment {tr.t0 + seg.start:.1f}-{tr.t0 + seg.end:.1f} s]"
+    meta = tr.meta
+    mau = MAU(id=mid, summary=transcript or placeholder,
+              modality=Modality.AUDIO, timestamp=_offset(meta.timestamp, tr.t0 + seg.start), pointer=pointer,
+              session_id=meta.session_id, source_id=tr.base, speaker=meta.speaker, details=details,
+              persons=meta.persons, time_span=_segment_span(tr, seg))
+    return mau, nb
+
+
 def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: str, stem: str, sha: str,
                  transcript_fn: TranscriptFn | None, timestamp: datetime | None, session_id: str | None,
                  speaker: str | None, t0: float = 0.0, track: str | None = None) -> _Speech:
@@ -386,57 +565,22 @@ def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: s
     """
     cfg = memory.cfg.ingest.media
     gate = AudioGate(cfg.vad_threshold, cfg.silence_energy, cfg.min_speech_ms, cfg.audio_keep_uncertain)
-    total_rms = rms(clip.samples)
-    silence: IngestDecision | None = None
-    if gate.is_silent(total_rms):
-        segments = []
-        silence = IngestDecision(False, "silence", total_rms,
-                                 f"whole file energy {total_rms:.4f} < {cfg.silence_energy}")
-    else:
-        segments = find_speech_segments(clip.samples, clip.sample_rate, threshold=cfg.vad_threshold,
-                                        min_segment_ms=cfg.vad_min_segment_ms,
-                                        min_silence_ms=cfg.vad_min_silence_ms, pad_ms=cfg.vad_speech_pad_ms)
+    tr = _SpeechTrack(clip, base, stem, sha, t0, track, transcript_fn, _MauMeta(timestamp, session_id, speaker))
+    segments, silence, total_rms = _speech_candidates(cfg, gate, clip)
     maus: list[MAU] = []
     new_bytes = 0
     verdicts: dict[str, int] = {}
     for seg in segments:
         d = gate.check(seg)
         verdicts[d.verdict] = verdicts.get(d.verdict, 0) + 1
-        start, end = round(t0 + seg.start, 3), round(t0 + seg.end, 3)
-        part: dict[str, Any] = {"span": [start, end], "verdict": d.verdict,
-                                "speech_prob": round(seg.speech_prob, 3), "rms": round(seg.rms, 4), "mau_id": None}
-        if track:
-            part["track"] = track
+        part = _segment_part(tr, seg, d)
         item.parts.append(part)
         if not d.accepted:
             continue
-        a, b = int(seg.start * clip.sample_rate), int(seg.end * clip.sample_rate)
-        samples = clip.samples[a:b]
-        transcript = None
-        if transcript_fn is not None:
-            try:
-                transcript = " ".join(str(transcript_fn(samples, clip.sample_rate) or "").split()) or None
-            except Exception as exc:  # an ASR failure must not lose the segment
-                item.notes.append(f"transcript failed for {t0 + seg.start:.1f}-{t0 + seg.end:.1f} s: "
-                                  f"{type(exc).__name__}")
-        pointer, nb = _put(memory.store.cold, encode_wav(samples, clip.sample_rate), "wav")
+        mau, nb = _segment_mau(memory, tr, seg, d, len(maus), item)
         new_bytes += nb
-        mid = f"{base}:{stem}{len(maus):03d}"
-        if mid in memory.store.positions:
-            raise DuplicateIdError(f"{item.modality} {item.item}: MAU id {mid!r} already in the store")
-        details: dict[str, Any] = {"mime": "audio/wav", "source": item.item, "source_sha256": sha,
-                                   "speech_prob": round(seg.speech_prob, 4), "rms": round(seg.rms, 5),
-                                   "novelty": d.verdict, "transcript_source": "transcript_fn" if transcript else "none"}
-        if transcript:
-            details["transcript"] = transcript
-        if track:
-            details["track"] = track
-        placeholder = f"[speech segment {t0 + seg.start:.1f}-{t0 + seg.end:.1f} s]"
-        maus.append(MAU(id=mid, summary=transcript or placeholder,
-                        modality=Modality.AUDIO, timestamp=_offset(timestamp, t0 + seg.start), pointer=pointer,
-                        session_id=session_id, source_id=base, speaker=speaker, details=details,
-                        persons=[speaker] if speaker else [], time_span=(start, end)))
-        part["mau_id"] = mid
+        maus.append(mau)
+        part["mau_id"] = mau.id
     _link_chain(maus)
     return _Speech(maus, len(segments), verdicts, silence, total_rms, new_bytes)
 
@@ -521,6 +665,91 @@ def _video_speech(memory: Any, data: bytes, t0: float | None, item: MediaItemRep
     return sp.maus, sp.new_bytes
 
 
+@dataclass(frozen=True)
+class _SegmentedVideo:
+    """A video cut into scenes, with what every scene MAU shares."""
+
+    seg: SceneSegmentation
+    encoder_name: str
+    base: str
+    sha: str
+    pointer: str  # the whole file, stored once
+    caption: str | None  # the caller's caption of the whole video
+    captioner: Captioner | None
+    meta: _MauMeta
+
+
+def _segment_video(cfg: Any, data: bytes, enc: ImageEncoder, sample_fps: float | None,
+                   item: MediaItemReport) -> SceneSegmentation:
+    """Scenes from a gate of its own: a window of one frame, so a scene is a change from the last one."""
+    gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, 1, keep_uncertain=False)
+    seg = segment_scenes(data, item.item, enc, gate, sample_fps or cfg.video_sample_fps, cfg.video_max_frames)
+    item.notes.extend(seg.notes)
+    return seg
+
+
+def _scene_span(sc: Scene) -> tuple[float, float]:
+    return round(sc.start, 3), round(sc.end, 3)
+
+
+def _scene_details(v: _SegmentedVideo, k: int, sc: Scene, key_pointer: str, text: str,
+                   item: MediaItemReport) -> dict[str, Any]:
+    seg = v.seg
+    span = _scene_span(sc)
+    return {"mime": seg.info.mime, "codec": seg.info.codec, "source": item.item, "source_sha256": v.sha,
+            "scene": k, "scenes": len(seg.scenes), "frames": sc.frames, "novelty": sc.decision.verdict,
+            "keyframe_pointer": key_pointer, "keyframe_mime": "image/jpeg", "keyframe_time": sc.keyframe.time,
+            "image_encoder": v.encoder_name,
+            "text": f"[video {Path(item.item).name}, scene {k + 1}/{len(seg.scenes)}, "
+                    f"{span[0]:.1f}-{span[1]:.1f} s] {text}".strip()}
+
+
+def _scene_mau(memory: Any, v: _SegmentedVideo, k: int, sc: Scene, item: MediaItemReport) -> tuple[MAU, int]:
+    """Scene ``k`` as a MAU, its keyframe as a JPEG in the cold tier, and the bytes newly written."""
+    cfg = memory.cfg.ingest.media
+    key = encode_jpeg(sc.keyframe.image, cfg.keyframe_max_side, cfg.keyframe_jpeg_quality)
+    key_pointer, nb = _put(memory.store.cold, key, "jpg")
+    scene_caption = _call_captioner(v.captioner, key, "image/jpeg", item, f"scene {k}") if v.captioner else None
+    text = " ".join(t for t in (v.caption, scene_caption) if t)
+    span = _scene_span(sc)
+    tag = f"[video scene {span[0]:.1f}-{span[1]:.1f} s]"
+    mid = f"{v.base}:scene{k:03d}"
+    if mid in memory.store.positions:
+        raise DuplicateIdError(f"video {item.item}: MAU id {mid!r} already in the store")
+    details = _scene_details(v, k, sc, key_pointer, text, item)
+    if scene_caption:
+        details["caption"] = scene_caption
+    meta = v.meta
+    mau = MAU(id=mid, summary=f"{tag} {text}".strip(), modality=Modality.VIDEO,
+              timestamp=_offset(meta.timestamp, sc.start), pointer=v.pointer, session_id=meta.session_id,
+              source_id=v.base, speaker=meta.speaker, details=details, persons=meta.persons, time_span=span)
+    return mau, nb
+
+
+def _scene_maus(memory: Any, v: _SegmentedVideo, item: MediaItemReport) -> tuple[list[MAU], int]:
+    """One prev/next-linked MAU per scene, and the keyframe bytes newly written."""
+    maus: list[MAU] = []
+    new_bytes = 0
+    for k, sc in enumerate(v.seg.scenes):
+        mau, nb = _scene_mau(memory, v, k, sc, item)
+        new_bytes += nb
+        maus.append(mau)
+        item.parts.append({"span": list(_scene_span(sc)), "verdict": sc.decision.verdict,
+                           "frames": sc.frames, "static": sc.static, "uncertain": sc.uncertain, "mau_id": mau.id})
+    _link_chain(maus)
+    return maus, new_bytes
+
+
+def _describe_video(item: MediaItemReport, seg: SceneSegmentation) -> None:
+    static = sum(s.static for s in seg.scenes)
+    uncertain = sum(s.uncertain for s in seg.scenes)
+    item.stats.update(duration_s=round(seg.info.duration, 3), frames_sampled=seg.sampled,
+                      scenes=len(seg.scenes), frames_static=static, frames_uncertain=uncertain)
+    item.decision = IngestDecision(True, "novel", len(seg.scenes) / max(seg.sampled, 1),
+                                   f"{len(seg.scenes)} scenes from {seg.sampled} sampled frames "
+                                   f"({static} static, {uncertain} uncertain)")
+
+
 def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | None = None, *,
                  caption: str | None = None, captioner: Captioner | None = None,
                  transcript_fn: TranscriptFn | None = None,
@@ -545,39 +774,13 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
             if _already_stored(st, sha, item, report):
                 return []
             enc = st.encoder_for(memory, encoder)
-        gate = VisionNoveltyGate(cfg.vision_reject_above, cfg.vision_accept_below, 1, keep_uncertain=False)
-        seg = segment_scenes(data, item.item, enc, gate, sample_fps or cfg.video_sample_fps, cfg.video_max_frames)
-        item.notes.extend(seg.notes)
+        seg = _segment_video(cfg, data, enc, sample_fps, item)
         base = id or f"vid-{sha[:16]}"
         clip_pointer, new_bytes = _put(memory.store.cold, data, seg.info.ext)
-        caption = " ".join(caption.split()) if caption and caption.strip() else None
-        maus: list[MAU] = []
-        for k, sc in enumerate(seg.scenes):
-            key = encode_jpeg(sc.keyframe.image, cfg.keyframe_max_side, cfg.keyframe_jpeg_quality)
-            key_pointer, nb = _put(memory.store.cold, key, "jpg")
-            new_bytes += nb
-            scene_caption = _call_captioner(captioner, key, "image/jpeg", item, f"scene {k}") if captioner else None
-            text = " ".join(t for t in (caption, scene_caption) if t)
-            span = (round(sc.start, 3), round(sc.end, 3))
-            tag = f"[video scene {span[0]:.1f}-{span[1]:.1f} s]"
-            mid = f"{base}:scene{k:03d}"
-            if mid in memory.store.positions:
-                raise DuplicateIdError(f"video {item.item}: MAU id {mid!r} already in the store")
-            details = {"mime": seg.info.mime, "codec": seg.info.codec, "source": item.item, "source_sha256": sha,
-                       "scene": k, "scenes": len(seg.scenes), "frames": sc.frames, "novelty": sc.decision.verdict,
-                       "keyframe_pointer": key_pointer, "keyframe_mime": "image/jpeg", "keyframe_time": sc.keyframe.time,
-                       "image_encoder": enc.name,
-                       "text": f"[video {Path(item.item).name}, scene {k + 1}/{len(seg.scenes)}, "
-                               f"{span[0]:.1f}-{span[1]:.1f} s] {text}".strip()}
-            if scene_caption:
-                details["caption"] = scene_caption
-            maus.append(MAU(id=mid, summary=f"{tag} {text}".strip(), modality=Modality.VIDEO,
-                            timestamp=_offset(timestamp, sc.start), pointer=clip_pointer, session_id=session_id,
-                            source_id=base, speaker=speaker, details=details,
-                            persons=[speaker] if speaker else [], time_span=span))
-            item.parts.append({"span": list(span), "verdict": sc.decision.verdict, "frames": sc.frames,
-                               "static": sc.static, "uncertain": sc.uncertain, "mau_id": mid})
-        _link_chain(maus)
+        segmented = _SegmentedVideo(seg, enc.name, base, sha, clip_pointer, _one_line(caption), captioner,
+                                 _MauMeta(timestamp, session_id, speaker))
+        maus, nb = _scene_maus(memory, segmented, item)
+        new_bytes += nb
         speech: list[MAU] = []
         if cfg.video_audio:
             speech, nb = _video_speech(memory, data, seg.info.audio_start, item, maus, base=base, sha=sha, transcript_fn=transcript_fn,
@@ -586,13 +789,7 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
         memory.add_maus(maus + speech)
         with st.lock:
             st.seen_sha[sha] = maus[0].id
-        static = sum(s.static for s in seg.scenes)
-        uncertain = sum(s.uncertain for s in seg.scenes)
-        item.stats.update(duration_s=round(seg.info.duration, 3), frames_sampled=seg.sampled,
-                          scenes=len(seg.scenes), frames_static=static, frames_uncertain=uncertain)
-        item.decision = IngestDecision(True, "novel", len(seg.scenes) / max(seg.sampled, 1),
-                                       f"{len(seg.scenes)} scenes from {seg.sampled} sampled frames "
-                                       f"({static} static, {uncertain} uncertain)")
+        _describe_video(item, seg)
         maus += speech
         item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
         _finish(report, item)
