@@ -220,17 +220,14 @@ def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark, code: st
     atomic_write_json(run_dir / "config.json", setup.raw)
 
 
-def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_reader: bool) -> str:
-    """Per-category table (rich), returned as text so it can be saved and logged."""
-    from io import StringIO
+def _fmt(v: Any) -> str:
+    return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
-    from rich.console import Console
+
+def _metric_table(bench: Benchmark, setup: EvalSetup, system: str, with_reader: bool) -> Any:
+    """The empty rich table: the answer-score column only when a reader answered."""
     from rich.table import Table
 
-    from benchmarks.datasets.schema import category_names
-
-    names = category_names(bench)
-    system = m.get("system", setup.eval.system)
     what = f"memory={setup.memory.name}" if system == "memsys" else f"system={system}"
     t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - {what} reader={setup.eval.reader}")
     t.add_column("category")
@@ -240,36 +237,44 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
     for k in (5, 10, 20):
         t.add_column(f"R@{k}", justify="right")
     t.add_column("ctx tok", justify="right")
-    cats = sorted({k.split("/", 1)[1] for k in m if k.startswith("n/")})
-    def fmt(v: Any) -> str:
-        return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-    for c in cats:
-        row = [f"{c} {names.get(c, '')}".strip(), fmt(m.get(f"n/{c}"))]
-        if with_reader:
-            if bench.name == "locomo":
-                row.append(fmt(m.get(f"f1_cat{c}")))
-            else:
-                row.append(" / ".join(fmt(m.get(f"{x}_{c}")) for x in ("f1", "em", "bleu1")))
-        row += [fmt(m.get(f"recall_at_{k}/{c}")) for k in (5, 10, 20)]
-        row.append(fmt(m.get(f"context_tokens/{c}")))
-        t.add_row(*row)
-    total = ["overall", fmt(m.get("n"))]
+    return t
+
+
+def _category_row(bench: Benchmark, m: dict[str, Any], c: str, name: str, with_reader: bool) -> list[str]:
+    row = [f"{c} {name}".strip(), _fmt(m.get(f"n/{c}"))]
     if with_reader:
-        total.append(fmt(m.get("f1_cat1_4") if bench.name == "locomo" else " / ".join(fmt(m.get(x)) for x in ("f1", "em", "bleu1"))))
-    total += [fmt(m.get(f"recall_at_{k}")) for k in (5, 10, 20)] + [fmt(m.get("context_tokens"))]
-    t.add_row(*total, style="bold")
-    buf = StringIO()
-    console = Console(file=buf, width=120, force_terminal=False)
-    console.print(t)
-    if with_reader and bench.name == "locomo":
-        console.print(
-            f"LoCoMo F1: categories 1-4 {fmt(m.get('f1_cat1_4'))} | category 5 (adversarial, on the actual answer) "
-            f"{fmt(m.get('f1_cat5'))} | All honest {fmt(m.get('all_honest'))} | All, paper protocol (cat 5 = 1.0) "
-            f"{fmt(m.get('all_paper_protocol'))}"
-        )
-        if m.get("f1_cat5_lenient") is not None:
-            console.print(f"category 5 with the wider abstention phrases (not LoCoMo's rule, reported apart): "
-                          f"{fmt(m.get('f1_cat5_lenient'))} | All honest, lenient {fmt(m.get('all_honest_lenient'))}")
+        if bench.name == "locomo":
+            row.append(_fmt(m.get(f"f1_cat{c}")))
+        else:
+            row.append(" / ".join(_fmt(m.get(f"{x}_{c}")) for x in ("f1", "em", "bleu1")))
+    row += [_fmt(m.get(f"recall_at_{k}/{c}")) for k in (5, 10, 20)]
+    row.append(_fmt(m.get(f"context_tokens/{c}")))
+    return row
+
+
+def _overall_row(bench: Benchmark, m: dict[str, Any], with_reader: bool) -> list[str]:
+    """LoCoMo's overall F1 is categories 1-4: category 5 is scored apart (see benchmarks.metrics.locomo)."""
+    total = ["overall", _fmt(m.get("n"))]
+    if with_reader:
+        total.append(_fmt(m.get("f1_cat1_4") if bench.name == "locomo" else " / ".join(_fmt(m.get(x)) for x in ("f1", "em", "bleu1"))))
+    total += [_fmt(m.get(f"recall_at_{k}")) for k in (5, 10, 20)] + [_fmt(m.get("context_tokens"))]
+    return total
+
+
+def _print_locomo_f1(console: Any, m: dict[str, Any]) -> None:
+    """Both "All" numbers, and the lenient ones apart, so none is read as LoCoMo's own rule."""
+    console.print(
+        f"LoCoMo F1: categories 1-4 {_fmt(m.get('f1_cat1_4'))} | category 5 (adversarial, on the actual answer) "
+        f"{_fmt(m.get('f1_cat5'))} | All honest {_fmt(m.get('all_honest'))} | All, paper protocol (cat 5 = 1.0) "
+        f"{_fmt(m.get('all_paper_protocol'))}"
+    )
+    if m.get("f1_cat5_lenient") is not None:
+        console.print(f"category 5 with the wider abstention phrases (not LoCoMo's rule, reported apart): "
+                      f"{_fmt(m.get('f1_cat5_lenient'))} | All honest, lenient {_fmt(m.get('all_honest_lenient'))}")
+
+
+def _print_run_notes(console: Any, setup: EvalSetup, m: dict[str, Any], system: str) -> None:
+    """What changes how the numbers read: the image mode, a baseline's whole conversations, the objective."""
     if m.get("image_mode"):
         console.print(f"Mem-Gallery image mode: {m['image_mode']}"
                       + (" (image files not on disk: text systems get image id + caption; fetch them with "
@@ -278,6 +283,28 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
         asked = setup.eval.system
         console.print(f"baseline {asked}: whole conversation given for {m['whole_conversations']} conversations"
                       + (f"; reported as {system} (the latest turns that fit)" if system != asked else "")
-                      + f"; depth {fmt(m.get('context_depth'))} turns, {fmt(m.get('context_tokens_given'))} tokens per question")
-    console.print(f"objective {m.get('objective')} = {fmt(m.get('objective_value'))}  ({m.get('n_errors', 0)} reader errors)")
+                      + f"; depth {_fmt(m.get('context_depth'))} turns, {_fmt(m.get('context_tokens_given'))} tokens per question")
+    console.print(f"objective {m.get('objective')} = {_fmt(m.get('objective_value'))}  ({m.get('n_errors', 0)} reader errors)")
+
+
+def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_reader: bool) -> str:
+    """Per-category table (rich), returned as text so it can be saved and logged."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from benchmarks.datasets.schema import category_names
+
+    names = category_names(bench)
+    system = m.get("system", setup.eval.system)
+    t = _metric_table(bench, setup, system, with_reader)
+    for c in sorted({k.split("/", 1)[1] for k in m if k.startswith("n/")}):
+        t.add_row(*_category_row(bench, m, c, names.get(c, ""), with_reader))
+    t.add_row(*_overall_row(bench, m, with_reader), style="bold")
+    buf = StringIO()
+    console = Console(file=buf, width=120, force_terminal=False)
+    console.print(t)
+    if with_reader and bench.name == "locomo":
+        _print_locomo_f1(console, m)
+    _print_run_notes(console, setup, m, system)
     return buf.getvalue().rstrip()

@@ -25,6 +25,7 @@ are not comparable with published LoCoMo results.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from benchmarks.datasets.schema import CATEGORY_NAMES, Question
@@ -193,10 +194,26 @@ def aggregate_locomo(
     with that category-5 score). Present only when every category-5 entry carries a
     lenient score (categories 1-4 score the same under both rules).
     """
-    per_cat: dict[str, list[float]] = {}
-    adversarial_lenient: list[float] = []
-    lenient_complete = True
+    got = _CategoryScores()
     for entry in scores:
+        got.add(entry)
+    out: dict[str, float | int] = {}
+    _add_category_means(out, got.per_cat)
+    _add_overall_means(out, got)
+    if got.lenient_complete:
+        _add_lenient_means(out, got)
+    return out
+
+
+@dataclass
+class _CategoryScores:
+    """Scores by category, with category 5's lenient scores kept apart so they never mix into the official ones."""
+
+    per_cat: dict[str, list[float]] = field(default_factory=dict)
+    adversarial_lenient: list[float] = field(default_factory=list)
+    lenient_complete: bool = True  # every category-5 entry carried a lenient score
+
+    def add(self, entry: tuple[str | int, float] | tuple[str | int, float, float | None]) -> None:
         if len(entry) not in (2, 3):
             raise InputError(f"LoCoMo score entry {entry!r} is not (category, score[, lenient])")
         category, score = entry[0], entry[1]
@@ -205,20 +222,32 @@ def aggregate_locomo(
         if cat not in CATEGORIES:
             raise InputError(f"unknown LoCoMo category {category!r} in scores (expected 1-5)")
         value = _unit_score(score, cat)
-        per_cat.setdefault(cat, []).append(value)
+        self.per_cat.setdefault(cat, []).append(value)
         if cat == ADVERSARIAL:
             if lenient is None:
-                lenient_complete = False
+                self.lenient_complete = False
             else:
-                adversarial_lenient.append(_unit_score(lenient, cat))
-    out: dict[str, float | int] = {}
+                self.adversarial_lenient.append(_unit_score(lenient, cat))
+
+    @property
+    def answerable(self) -> list[float]:
+        return [v for c in ANSWERABLE for v in self.per_cat.get(c, [])]
+
+    @property
+    def adversarial(self) -> list[float]:
+        return self.per_cat.get(ADVERSARIAL, [])
+
+
+def _add_category_means(out: dict[str, float | int], per_cat: dict[str, list[float]]) -> None:
     for cat in CATEGORIES:
         values = per_cat.get(cat, [])
         out[f"n_cat{cat}"] = len(values)
         if values:
             out[f"f1_cat{cat}"] = mean(values)
-    answerable = [v for c in ANSWERABLE for v in per_cat.get(c, [])]
-    adversarial = per_cat.get(ADVERSARIAL, [])
+
+
+def _add_overall_means(out: dict[str, float | int], got: _CategoryScores) -> None:
+    answerable, adversarial = got.answerable, got.adversarial
     n = len(answerable) + len(adversarial)
     out["n"] = n
     if answerable:
@@ -228,12 +257,16 @@ def aggregate_locomo(
     if n:
         out["all_honest"] = (sum(answerable) + sum(adversarial)) / n
         out["all_paper_protocol"] = (sum(answerable) + len(adversarial)) / n
-    if lenient_complete:
-        if adversarial_lenient:
-            out["f1_cat5_lenient"] = mean(adversarial_lenient)
-        if n and (adversarial_lenient or not adversarial):
-            out["all_honest_lenient"] = (sum(answerable) + sum(adversarial_lenient)) / n
-    return out
+
+
+def _add_lenient_means(out: dict[str, float | int], got: _CategoryScores) -> None:
+    """Categories 1-4 score the same under both rules, so only category 5 changes."""
+    answerable, adversarial, adversarial_lenient = got.answerable, got.adversarial, got.adversarial_lenient
+    n = len(answerable) + len(adversarial)
+    if adversarial_lenient:
+        out["f1_cat5_lenient"] = mean(adversarial_lenient)
+    if n and (adversarial_lenient or not adversarial):
+        out["all_honest_lenient"] = (sum(answerable) + sum(adversarial_lenient)) / n
 
 
 def _unit_score(score: object, cat: str) -> float:
