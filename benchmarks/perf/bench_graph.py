@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,20 +108,27 @@ def llm_path(maus: list[MAU], n: int) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--conversations", type=int, default=10)
     ap.add_argument("--embedder", choices=["minilm", "hashing"], default="minilm")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--llm-turns", type=int, default=0, help="also measure the LLM path on this many turns")
-    args = ap.parse_args(argv)
-    cfg = GraphConfig(enabled=True)
-    bench = load_locomo()
-    convs = bench.conversations[: args.conversations]
-    all_maus = [conversation_maus(c) for c in convs]
-    n_turns = sum(len(m) for m in all_maus)
+    return ap.parse_args(argv)
 
-    # --- rule extraction throughput (statistics pass + extraction), all turns
+
+@dataclass
+class _RuleRun:
+    """Rule extractions per conversation; a fresh extractor each, since its statistics are per store."""
+
+    extractions: list[list[Any]]
+    extract_s: float
+    observe_s: float
+    ent_types: Counter[str] = field(default_factory=Counter)
+    rel_types: Counter[str] = field(default_factory=Counter)
+
+
+def _extract_rules(all_maus: list[list[MAU]]) -> _RuleRun:
     t0 = time.perf_counter()
     extractions, observe_s = [], 0.0
     for maus in all_maus:
@@ -129,90 +137,143 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ex.observe(maus)
         observe_s += time.perf_counter() - t_obs
         extractions.append(ex.extract_many(maus))
-    extract_s = time.perf_counter() - t0
-    ent_types: Counter[str] = Counter()
-    rel_types: Counter[str] = Counter()
+    run = _RuleRun(extractions, time.perf_counter() - t0, observe_s)
     for exs in extractions:
         for e in exs:
-            ent_types.update(x.type for x in e.entities)
-            rel_types.update(r.type for r in e.relations)
+            run.ent_types.update(x.type for x in e.entities)
+            run.rel_types.update(r.type for r in e.relations)
+    return run
 
-    # --- resolution + graph per conversation
-    emb_cfg = EmbedderConfig() if args.embedder == "minilm" else EmbedderConfig(backend="hashing", cache=False)
-    t_load = time.perf_counter()
-    embedder = make_embedder(emb_cfg)
-    load_s = time.perf_counter() - t_load
-    resolve_s, forms, collapsed, merges, entities, relations = 0.0, 0, 0, 0, 0, 0
-    examples: list[dict[str, Any]] = []
-    latencies: list[float] = []
-    n_q = hits = specific_seed = with_evidence = 0
-    for conv, maus, exs in zip(convs, all_maus, extractions):
-        t1 = time.perf_counter()
-        kg = KnowledgeGraph.from_extractions(exs, embedder, cfg, {m.id: mau_date_label(m) for m in maus})
-        resolve_s += time.perf_counter() - t1
+
+@dataclass
+class _GraphTally:
+    """Resolution and query-time figures summed over the conversations' graphs."""
+
+    resolve_s: float = 0.0
+    forms: int = 0
+    collapsed: int = 0
+    merges: int = 0
+    entities: int = 0
+    relations: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+    n_q: int = 0
+    hits: int = 0
+    specific_seed: int = 0
+    with_evidence: int = 0
+
+    def add_graph(self, conv: Any, kg: KnowledgeGraph) -> None:
         res = kg.resolution
-        forms += len(res.forms)
-        collapsed += res.collapsed
-        merges += len(res.merges)
-        entities += len(kg.entities)
-        relations += len(kg.relations)
-        examples.extend({"conversation": conv.id, **m} for m in merge_examples(res, 3))
+        self.forms += len(res.forms)
+        self.collapsed += res.collapsed
+        self.merges += len(res.merges)
+        self.entities += len(kg.entities)
+        self.relations += len(kg.relations)
+        self.examples.extend({"conversation": conv.id, **m} for m in merge_examples(res, 3))
+
+    def ask(self, conv: Any, kg: KnowledgeGraph) -> None:
+        """A seed other than a speaker is what the graph adds: speakers match nearly every question."""
         speakers = {normalize_name(s) for s in conv.speakers}
         for q in conv.questions:
             t2 = time.perf_counter()
             got = kg.search(q.question)
-            latencies.append((time.perf_counter() - t2) * 1e3)
-            n_q += 1
+            self.latencies.append((time.perf_counter() - t2) * 1e3)
+            self.n_q += 1
             if any(normalize_name(kg.entities[s.entity_id].name) not in speakers for s in got.seeds):
-                specific_seed += 1
+                self.specific_seed += 1
             if q.evidence:
-                with_evidence += 1
-                hits += bool({m for m, _ in got.maus} & set(q.evidence))
-    examples.sort(key=lambda e: (-len(e["aliases"]), e["conversation"]))
+                self.with_evidence += 1
+                self.hits += bool({m for m, _ in got.maus} & set(q.evidence))
 
-    result = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform()},
-        "data": {"conversations": len(convs), "turns": n_turns, "questions": n_q},
-        "rule_extraction": {
-            "seconds": round(extract_s, 3),
-            "observe_seconds": round(observe_s, 3),
-            "turns_per_s": round(n_turns / extract_s, 1),
-            "entity_mentions": sum(ent_types.values()),
-            "entity_mentions_by_type": dict(ent_types.most_common()),
-            "relations": sum(rel_types.values()),
-            "relations_by_type": dict(rel_types.most_common()),
-        },
-        "resolution": {
-            "embedder": embedder.name,
-            "embedder_load_seconds": round(load_s, 2),
-            "seconds": round(resolve_s, 2),  # includes embedding the names (cached across runs)
-            "threshold": cfg.resolve_threshold,
-            "cosine_weight": cfg.resolve_cosine_weight,
-            "surface_forms": forms,
-            "collapsed": collapsed,
-            "merges": merges,
-            "entities": entities,
-            "relations": relations,
-            "examples": examples[:10],
-        },
-        "augment": {
-            "hops": cfg.hops, "beta": cfg.beta, "max_maus": cfg.max_maus,
-            "latency_ms_mean": round(statistics.fmean(latencies), 3) if latencies else 0.0,
-            "latency_ms_p95": round(pct(latencies, 0.95), 3),
-            "questions_with_non_speaker_seed": specific_seed,
-            "evidence_hit_rate": round(hits / with_evidence, 4) if with_evidence else 0.0,
-            "questions_with_evidence": with_evidence,
-        },
+
+def _graph_tally(convs: Any, all_maus: list[list[MAU]], rules: _RuleRun, embedder: Any,
+                 cfg: GraphConfig) -> _GraphTally:
+    tally = _GraphTally()
+    for conv, maus, exs in zip(convs, all_maus, rules.extractions):
+        t1 = time.perf_counter()
+        kg = KnowledgeGraph.from_extractions(exs, embedder, cfg, {m.id: mau_date_label(m) for m in maus})
+        tally.resolve_s += time.perf_counter() - t1
+        tally.add_graph(conv, kg)
+        tally.ask(conv, kg)
+    tally.examples.sort(key=lambda e: (-len(e["aliases"]), e["conversation"]))
+    return tally
+
+
+def _rule_section(rules: _RuleRun, n_turns: int) -> dict[str, Any]:
+    return {
+        "seconds": round(rules.extract_s, 3),
+        "observe_seconds": round(rules.observe_s, 3),
+        "turns_per_s": round(n_turns / rules.extract_s, 1),
+        "entity_mentions": sum(rules.ent_types.values()),
+        "entity_mentions_by_type": dict(rules.ent_types.most_common()),
+        "relations": sum(rules.rel_types.values()),
+        "relations_by_type": dict(rules.rel_types.most_common()),
     }
-    out = args.out or runs_dir() / "bench" / "graph.json"
-    if args.llm_turns > 0:
-        result["llm_path"] = llm_path(all_maus[0], args.llm_turns)
+
+
+def _resolution_section(tally: _GraphTally, embedder: Any, load_s: float, cfg: GraphConfig) -> dict[str, Any]:
+    return {
+        "embedder": embedder.name,
+        "embedder_load_seconds": round(load_s, 2),
+        "seconds": round(tally.resolve_s, 2),  # includes embedding the names (cached across runs)
+        "threshold": cfg.resolve_threshold,
+        "cosine_weight": cfg.resolve_cosine_weight,
+        "surface_forms": tally.forms,
+        "collapsed": tally.collapsed,
+        "merges": tally.merges,
+        "entities": tally.entities,
+        "relations": tally.relations,
+        "examples": tally.examples[:10],
+    }
+
+
+def _augment_section(tally: _GraphTally, cfg: GraphConfig) -> dict[str, Any]:
+    latencies, with_evidence = tally.latencies, tally.with_evidence
+    return {
+        "hops": cfg.hops, "beta": cfg.beta, "max_maus": cfg.max_maus,
+        "latency_ms_mean": round(statistics.fmean(latencies), 3) if latencies else 0.0,
+        "latency_ms_p95": round(pct(latencies, 0.95), 3),
+        "questions_with_non_speaker_seed": tally.specific_seed,
+        "evidence_hit_rate": round(tally.hits / with_evidence, 4) if with_evidence else 0.0,
+        "questions_with_evidence": with_evidence,
+    }
+
+
+def _write_result(result: dict[str, Any], out: Path, llm_turns: int, first_maus: list[MAU]) -> None:
+    """An LLM run is slow, so a run without ``--llm-turns`` keeps the last ``llm_path`` entry."""
+    if llm_turns > 0:
+        result["llm_path"] = llm_path(first_maus, llm_turns)
     elif out.exists():
         previous = json.loads(out.read_text(encoding="utf-8")).get("llm_path")
         if previous:
             result["llm_path"] = previous
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = _parse_args(argv)
+    cfg = GraphConfig(enabled=True)
+    bench = load_locomo()
+    convs = bench.conversations[: args.conversations]
+    all_maus = [conversation_maus(c) for c in convs]
+    n_turns = sum(len(m) for m in all_maus)
+    rules = _extract_rules(all_maus)  # statistics pass + extraction, all turns
+
+    emb_cfg = EmbedderConfig() if args.embedder == "minilm" else EmbedderConfig(backend="hashing", cache=False)
+    t_load = time.perf_counter()
+    embedder = make_embedder(emb_cfg)
+    load_s = time.perf_counter() - t_load
+    tally = _graph_tally(convs, all_maus, rules, embedder, cfg)  # resolution + graph per conversation
+
+    result = {
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "data": {"conversations": len(convs), "turns": n_turns, "questions": tally.n_q},
+        "rule_extraction": _rule_section(rules, n_turns),
+        "resolution": _resolution_section(tally, embedder, load_s, cfg),
+        "augment": _augment_section(tally, cfg),
+    }
+    _write_result(result, args.out or runs_dir() / "bench" / "graph.json", args.llm_turns, all_maus[0])
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return result
 

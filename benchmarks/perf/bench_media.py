@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import wave
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,78 +238,107 @@ def _write_wav(path: Path, x: np.ndarray, rate: int) -> Path:
     return path
 
 
-def bench_audio(root: Path) -> dict[str, Any]:
-    espeak = shutil.which("espeak-ng")
-    if espeak is None:
-        return {"skipped": "espeak-ng not installed (apt-get install espeak-ng): no synthesized speech"}
+def _talk_file(espeak: str, path: Path, f: int, rng: random.Random, noise: np.random.Generator) -> tuple[Path, list]:
+    """Three utterances with gaps of 0.6-2 s and light noise, and their true spans in seconds."""
+    parts, spans, t, rate = [], [], 0.0, 22050
+    for u in range(3):
+        gap = rng.uniform(0.6, 2.0)
+        filler = np.zeros(int(gap * rate), np.float32)
+        if f == 3 and u == 1:  # a loud tone in the gap: energy, but not speech
+            tt = np.arange(len(filler)) / rate
+            filler = (0.25 * np.sin(2 * np.pi * 440 * tt)).astype(np.float32)
+        parts.append(filler)
+        t += gap
+        speech, rate = _speak(espeak, SENTENCES[(3 * f + u) % len(SENTENCES)])
+        spans.append((t, t + len(speech) / rate))
+        parts.append(speech)
+        t += len(speech) / rate
+    parts.append(np.zeros(rate, np.float32))
+    x = np.concatenate(parts) + noise.normal(0, 0.002, sum(len(p) for p in parts)).astype(np.float32)
+    return _write_wav(path, x, rate), spans
+
+
+def _audio_files(root: Path, espeak: str) -> list[tuple[Path, list, str]]:
+    """(path, true spans, kind): four talks, then a noise-only and a tone file that must keep nothing."""
     rng = random.Random(2)
     noise = np.random.default_rng(2)
-    files = []  # (path, true spans, kind)
-    sentences = SENTENCES[:]
-    for f in range(4):
-        parts, spans, t, rate = [], [], 0.0, 22050
-        for u in range(3):
-            gap = rng.uniform(0.6, 2.0)
-            filler = np.zeros(int(gap * rate), np.float32)
-            if f == 3 and u == 1:  # a loud tone in the gap: energy, but not speech
-                tt = np.arange(len(filler)) / rate
-                filler = (0.25 * np.sin(2 * np.pi * 440 * tt)).astype(np.float32)
-            parts.append(filler)
-            t += gap
-            speech, rate = _speak(espeak, sentences[(3 * f + u) % len(sentences)])
-            spans.append((t, t + len(speech) / rate))
-            parts.append(speech)
-            t += len(speech) / rate
-        parts.append(np.zeros(rate, np.float32))
-        x = np.concatenate(parts) + noise.normal(0, 0.002, sum(len(p) for p in parts)).astype(np.float32)
-        files.append((_write_wav(root / f"talk{f}.wav", x, rate), spans, "speech"))
+    files = [(*_talk_file(espeak, root / f"talk{f}.wav", f, rng, noise), "speech") for f in range(4)]
     sil = noise.normal(0, 0.002, 16000 * 5).astype(np.float32)
     files.append((_write_wav(root / "silence.wav", sil, 16000), [], "silence"))
     tt = np.arange(16000 * 5) / 16000
     files.append((_write_wav(root / "tone.wav", 0.3 * np.sin(2 * np.pi * 300 * tt), 16000), [], "tone"))
+    return files
+
+
+@dataclass
+class _AudioTally:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    utter_true: int = 0
+    utter_found: int = 0
+    seg_found: int = 0
+    seg_kept: int = 0
+    tp_time: float = 0.0
+    kept_time: float = 0.0
+    true_time: float = 0.0
+    stored: int = 0
+    full16k: int = 0
+    original: int = 0
+    audio_s: float = 0.0
+    wall: float = 0.0
+
+    def add(self, path: Path, spans: list, kind: str, maus: list[Any], item: Any) -> None:
+        """An utterance counts as found when kept segments cover at least half of it."""
+        dur = item.stats["duration_s"]
+        self.audio_s += dur
+        kept_spans = [m.time_span for m in maus]
+        inter = sum(max(0.0, min(b, e) - max(a, s)) for a, b in kept_spans for s, e in spans)
+        covered = [sum(max(0.0, min(b, e) - max(a, s)) for a, b in kept_spans) / (e - s) for s, e in spans]
+        self.utter_true += len(spans)
+        self.utter_found += sum(c >= 0.5 for c in covered)
+        self.seg_found += int(item.stats.get("segments_found", 0))
+        self.seg_kept += len(maus)
+        self.tp_time += inter
+        self.kept_time += sum(b - a for a, b in kept_spans)
+        self.true_time += sum(e - s for s, e in spans)
+        self.stored += item.bytes_stored
+        self.full16k += int(dur * 16000 * 2) + 44
+        self.original += item.bytes_in
+        self.rows.append({"file": path.name, "kind": kind, "true_utterances": len(spans),
+                          "segments_found": int(item.stats.get("segments_found", 0)), "segments_kept": len(maus),
+                          "verdict": item.decision.verdict if item.decision else item.error,
+                          "uncertain": int(item.stats.get("verdict_uncertain", 0))})
+
+    def summary(self) -> dict[str, Any]:
+        rows, stored, full16k, original = self.rows, self.stored, self.full16k, self.original
+        return {
+            "files": rows, "true_utterances": self.utter_true, "utterances_found": self.utter_found,
+            "vad_segments_found": self.seg_found, "segments_kept": self.seg_kept,
+            "time_precision": round(self.tp_time / self.kept_time, 3) if self.kept_time else None,
+            "time_recall": round(self.tp_time / self.true_time, 3) if self.true_time else None,
+            "non_speech_files_rejected": sum(r["segments_kept"] == 0 for r in rows if r["kind"] != "speech"),
+            "non_speech_files": sum(r["kind"] != "speech" for r in rows),
+            "bytes_stored": stored, "bytes_full_16k": full16k, "bytes_original": original,
+            "bytes_saved_rate_vs_16k": round(1 - stored / full16k, 3),
+            "bytes_saved_rate_vs_original": round(1 - stored / original, 3),
+            "vad_realtime_x": round(self.audio_s / self.wall, 1),
+        }
+
+
+def bench_audio(root: Path) -> dict[str, Any]:
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        return {"skipped": "espeak-ng not installed (apt-get install espeak-ng): no synthesized speech"}
+    files = _audio_files(root, espeak)
     mem = _memory(root, "audio")
-    rows, utter_true, utter_found, seg_found, seg_kept = [], 0, 0, 0, 0
-    tp_time = kept_time = true_time = 0.0
-    stored = full16k = original = 0
-    audio_s = wall = 0.0
+    tally = _AudioTally()
     for path, spans, kind in files:
         report = MediaReport()
         t0 = time.perf_counter()
         maus = ingest_audio(mem, path, report=report)
-        wall += time.perf_counter() - t0
-        item = report.items[0]
-        dur = item.stats["duration_s"]
-        audio_s += dur
-        kept_spans = [m.time_span for m in maus]
-        inter = sum(max(0.0, min(b, e) - max(a, s)) for a, b in kept_spans for s, e in spans)
-        covered = [sum(max(0.0, min(b, e) - max(a, s)) for a, b in kept_spans) / (e - s) for s, e in spans]
-        utter_true += len(spans)
-        utter_found += sum(c >= 0.5 for c in covered)
-        seg_found += int(item.stats.get("segments_found", 0))
-        seg_kept += len(maus)
-        tp_time += inter
-        kept_time += sum(b - a for a, b in kept_spans)
-        true_time += sum(e - s for s, e in spans)
-        stored += item.bytes_stored
-        full16k += int(dur * 16000 * 2) + 44
-        original += item.bytes_in
-        rows.append({"file": path.name, "kind": kind, "true_utterances": len(spans),
-                     "segments_found": int(item.stats.get("segments_found", 0)), "segments_kept": len(maus),
-                     "verdict": item.decision.verdict if item.decision else item.error,
-                     "uncertain": int(item.stats.get("verdict_uncertain", 0))})
+        tally.wall += time.perf_counter() - t0
+        tally.add(path, spans, kind, maus, report.items[0])
     mem.close()
-    return {
-        "files": rows, "true_utterances": utter_true, "utterances_found": utter_found,
-        "vad_segments_found": seg_found, "segments_kept": seg_kept,
-        "time_precision": round(tp_time / kept_time, 3) if kept_time else None,
-        "time_recall": round(tp_time / true_time, 3) if true_time else None,
-        "non_speech_files_rejected": sum(r["segments_kept"] == 0 for r in rows if r["kind"] != "speech"),
-        "non_speech_files": sum(r["kind"] != "speech" for r in rows),
-        "bytes_stored": stored, "bytes_full_16k": full16k, "bytes_original": original,
-        "bytes_saved_rate_vs_16k": round(1 - stored / full16k, 3),
-        "bytes_saved_rate_vs_original": round(1 - stored / original, 3),
-        "vad_realtime_x": round(audio_s / wall, 1),
-    }
+    return tally.summary()
 
 
 # ----------------------------------------------------------------------------- Mem-Gallery
@@ -357,75 +386,114 @@ def bench_crossmodal(dialog_dir: Path, window: int, reject_above: float, uncerta
             **results}
 
 
-def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budgets: list[int],
-                        max_topics: int | None) -> dict[str, Any]:
-    from benchmarks.datasets.memgallery import load_memgallery
-    from benchmarks.views import public_turn
-    from memsys.predict import to_turn
+@dataclass
+class _BudgetStats:
+    """Contexts retrieved at one budget B: how often they overran it, and what media they carried."""
 
-    bench = load_memgallery(dialog_dir)
-    convs = bench.conversations[:max_topics] if max_topics else bench.conversations
+    questions: int = 0
+    over_budget: int = 0
+    max_ratio: float = 0.0
+    with_media: int = 0
+    media_parts: int = 0
+    media_tokens: list[int] = field(default_factory=list)
+    total_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    prompt_over_budget: int = 0
+
+    def record(self, ctx: Any, b: int) -> None:
+        self.questions += 1
+        total = ctx.total_tokens
+        self.over_budget += total > b
+        self.max_ratio = max(self.max_ratio, total / b)
+        media = [p for i in ctx.items for p in i.media]
+        self.with_media += bool(media)
+        self.media_parts += len(media)
+        self.media_tokens.append(sum(p.tokens for p in media))
+        self.total_tokens.append(total)
+        # what a vision reader is actually sent: rendered text (numbering, dates, speakers) + media
+        parts = context_to_content_parts(ctx, vision=False)
+        prompt = sum(count_tokens(p["text"]) for p in parts) + sum(p.tokens for p in media)
+        self.prompt_tokens.append(prompt)
+        self.prompt_over_budget += prompt > b
+
+    def summary(self) -> dict[str, Any]:
+        n = self.questions
+        return {
+            "questions": n, "over_budget": self.over_budget, "max_total_over_B": round(self.max_ratio, 3),
+            "contexts_with_media": self.with_media, "with_media_rate": round(self.with_media / n, 3) if n else None,
+            "media_parts_mean": round(self.media_parts / n, 2) if n else None,
+            "media_tokens_mean": round(statistics.fmean(self.media_tokens), 1) if n else None,
+            "total_tokens_mean": round(statistics.fmean(self.total_tokens), 1) if n else None,
+            "rendered_prompt_tokens_mean": round(statistics.fmean(self.prompt_tokens), 1) if n else None,
+            "rendered_prompt_over_budget": self.prompt_over_budget,
+        }
+
+
+@dataclass
+class _TopicCounts:
+    turns: int = 0
+    images: int = 0
+    image_maus: int = 0
+
+
+def _level3_config(embedder_name: str) -> MemoryConfig:
     cfg = load_memory_config("omni", ["memory.pyramid.level3_media=true"])  # as for a multimodal reader
     if embedder_name == "hashing":
         cfg = replace(cfg, embedder=EmbedderConfig(backend="hashing", cache=False))
-    stats = {b: {"questions": 0, "over_budget": 0, "max_ratio": 0.0, "with_media": 0, "media_parts": 0,
-                 "media_tokens": [], "total_tokens": [], "prompt_tokens": [], "prompt_over_budget": 0}
-             for b in budgets}
+    return cfg
+
+
+def _topic_memory(conv: Any, mem: Memory, counts: _TopicCounts) -> None:
+    """A topic's turns as the runner adds them, then each image round as a stand-in picture."""
+    from benchmarks.views import public_turn
+    from memsys.predict import to_turn
+
+    turns, images = [], []
+    for s in conv.sessions:
+        for t in s.turns:
+            base = to_turn(public_turn(conv, t))
+            turns.append(Turn(base.id, base.speaker, base.text, base.timestamp, base.session_id))
+            if t.image_caption:
+                images.append(t)
+    mem.add(turns)
+    counts.turns += len(turns)
+    for t in images:
+        seed = int(hashlib.sha256(f"{conv.id}/{t.id}".encode()).hexdigest()[:8], 16)  # one picture per round
+        stand_in = _bytes(synthetic_scene(seed), "JPEG", quality=85)  # SYNTHETIC: real images are LFS-only
+        if ingest_image(mem, stand_in, t.image_caption, timestamp=t.timestamp, session_id=t.session_id,
+                        image_id=t.image_id, id=f"{t.id}:img", source_id=t.id, speaker=t.speaker):
+            counts.image_maus += 1
+        counts.images += 1
+
+
+def _retrieve_at_budgets(conv: Any, mem: Memory, budgets: list[int], stats: dict[int, _BudgetStats]) -> None:
+    qvecs = mem.embedder.embed([q.question for q in conv.questions])
+    for q, qvec in zip(conv.questions, qvecs):
+        for b in budgets:
+            stats[b].record(mem.retriever.retrieve(q.question, budget_tokens=b, query_vec=qvec).context, b)
+
+
+def bench_level3_budget(dialog_dir: Path, root: Path, embedder_name: str, budgets: list[int],
+                        max_topics: int | None) -> dict[str, Any]:
+    from benchmarks.datasets.memgallery import load_memgallery
+
+    bench = load_memgallery(dialog_dir)
+    convs = bench.conversations[:max_topics] if max_topics else bench.conversations
+    cfg = _level3_config(embedder_name)
+    stats = {b: _BudgetStats() for b in budgets}
     t0 = time.perf_counter()
-    n_images = n_image_maus = n_turns = 0
+    counts = _TopicCounts()
     for ci, conv in enumerate(convs):
         mem = Memory.create(root / f"mg-{ci}", cfg)
-        turns, images = [], []
-        for s in conv.sessions:
-            for t in s.turns:
-                base = to_turn(public_turn(conv, t))
-                turns.append(Turn(base.id, base.speaker, base.text, base.timestamp, base.session_id))
-                if t.image_caption:
-                    images.append(t)
-        mem.add(turns)
-        n_turns += len(turns)
-        for t in images:
-            seed = int(hashlib.sha256(f"{conv.id}/{t.id}".encode()).hexdigest()[:8], 16)  # one picture per round
-            stand_in = _bytes(synthetic_scene(seed), "JPEG", quality=85)  # SYNTHETIC: real images are LFS-only
-            if ingest_image(mem, stand_in, t.image_caption, timestamp=t.timestamp, session_id=t.session_id,
-                            image_id=t.image_id, id=f"{t.id}:img", source_id=t.id, speaker=t.speaker):
-                n_image_maus += 1
-            n_images += 1
-        qvecs = mem.embedder.embed([q.question for q in conv.questions])
-        for q, qvec in zip(conv.questions, qvecs):
-            for b in budgets:
-                ctx = mem.retriever.retrieve(q.question, budget_tokens=b, query_vec=qvec).context
-                st = stats[b]
-                st["questions"] += 1
-                total = ctx.total_tokens
-                st["over_budget"] += total > b
-                st["max_ratio"] = max(st["max_ratio"], total / b)
-                media = [p for i in ctx.items for p in i.media]
-                st["with_media"] += bool(media)
-                st["media_parts"] += len(media)
-                st["media_tokens"].append(sum(p.tokens for p in media))
-                st["total_tokens"].append(total)
-                # what a vision reader is actually sent: rendered text (numbering, dates, speakers) + media
-                parts = context_to_content_parts(ctx, vision=False)
-                prompt = sum(count_tokens(p["text"]) for p in parts) + sum(p.tokens for p in media)
-                st["prompt_tokens"].append(prompt)
-                st["prompt_over_budget"] += prompt > b
+        _topic_memory(conv, mem, counts)
+        _retrieve_at_budgets(conv, mem, budgets, stats)
         mem.close()
-    out: dict[str, Any] = {"topics": len(convs), "turns": n_turns, "image_rounds": n_images,
-                           "image_maus": n_image_maus, "embedder": embedder_name,
+    out: dict[str, Any] = {"topics": len(convs), "turns": counts.turns, "image_rounds": counts.images,
+                           "image_maus": counts.image_maus, "embedder": embedder_name,
                            "images": "SYNTHETIC stand-ins with the real captions (real images absent offline)",
                            "seconds": round(time.perf_counter() - t0, 1)}
     for b, st in stats.items():
-        n = st["questions"]
-        out[f"B={b}"] = {
-            "questions": n, "over_budget": st["over_budget"], "max_total_over_B": round(st["max_ratio"], 3),
-            "contexts_with_media": st["with_media"], "with_media_rate": round(st["with_media"] / n, 3) if n else None,
-            "media_parts_mean": round(st["media_parts"] / n, 2) if n else None,
-            "media_tokens_mean": round(statistics.fmean(st["media_tokens"]), 1) if n else None,
-            "total_tokens_mean": round(statistics.fmean(st["total_tokens"]), 1) if n else None,
-            "rendered_prompt_tokens_mean": round(statistics.fmean(st["prompt_tokens"]), 1) if n else None,
-            "rendered_prompt_over_budget": st["prompt_over_budget"],
-        }
+        out[f"B={b}"] = st.summary()
     return out
 
 

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -262,15 +262,86 @@ def environment() -> dict[str, Any]:
             "load_average_start": [round(x, 2) for x in os.getloadavg()]}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=runs_dir() / "bench" / "memsys.json")
     ap.add_argument("--questions", type=int, default=600, help="questions sampled for the latency figures (b)")
     ap.add_argument("--conversations", type=int, default=10, help="fewer for a smoke run")
     ap.add_argument("--data", type=Path, default=None, help="locomo10.json (default: under MEMSYS_DATA_DIR)")
     ap.add_argument("--concurrency-queries", type=int, default=400)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+@dataclass(frozen=True)
+class _Run:
+    """What every figure of one bench run shares."""
+
+    work: Path  # temporary: stores and the cold embedding cache
+    cfg: MemoryConfig
+    embedder: Embedder
+    convs: list[Any]
+    questions: list[Any]
+
+
+def _header(bench: Any, convs: list[Any], questions: list[Any]) -> dict[str, Any]:
+    return {
+        "benchmark": "memsys-core", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": environment(),
+        "data": {"dataset": "locomo", "sha256": bench.sha256, "conversations": len(convs),
+                 "turns": sum(len(s.turns) for c in convs for s in c.sessions), "questions": len(questions),
+                 "questions_with_evidence": sum(bool(q.evidence) for q in questions)},
+    }
+
+
+def _load_embedder(work: Path) -> tuple[Embedder, float]:
+    """The embedder and its model load time, kept apart from the ingest figures."""
+    t0 = time.perf_counter()
+    embedder = make_embedder(EmbedderConfig(), cache_path=work / "cache" / "embeddings.sqlite")
+    embedder.inner.embed(["load the model weights into memory"])  # type: ignore[attr-defined]
+    return embedder, time.perf_counter() - t0
+
+
+def _ingest_figures(run: _Run, load_s: float) -> dict[str, Any]:
+    """(a) ingestion: cold cache, then warm cache, and the cold tier's share of it."""
+    cold = ingest_all(run.convs, run.cfg, run.embedder, run.work / "stores-cold", "cold")
+    warm = ingest_all(run.convs, run.cfg, run.embedder, run.work / "stores", "warm")
+    cold_write = cold_tier_put_cost()
+    # one fsync'ed cold-tier file per turn: its share of the warm ingest time
+    cold_write["share_of_warm_ingest"] = round(cold_write["ms_per_put"] * warm["turns"] / 1e3 / warm["seconds"], 3)
+    shutil.rmtree(run.work / "stores-cold", ignore_errors=True)
+    return {"target_turns_per_s": TARGET_TURNS_PER_S, "model_load_s": round(load_s, 2),
+            "cold_cache": cold, "warm_cache": warm, "cold_tier_write": cold_write}
+
+
+def _latency_figures(run: _Run, mems: dict[str, Memory], n_questions: int) -> dict[str, Any]:
+    """(b) latency on a fixed random sample; the "included" pass sees each question first."""
+    questions, embedder = run.questions, run.embedder
+    sample = random.Random(0).sample(questions, min(n_questions, len(questions)))
+    t0 = time.perf_counter()
+    lat_vecs = dict(zip([q.id for q in sample], embedder.inner.embed([q.question for q in sample])))  # type: ignore[attr-defined]
+    batch_ms = (time.perf_counter() - t0) * 1e3 / max(len(sample), 1)
+    graph = any(getattr(m, "_graph", None) is not None for m in mems.values())  # none: add() builds none
+    return {"preset": "omni", "graph_attached": graph, **latency(mems, sample, lat_vecs),
+            "batched_query_embedding_ms_per_query": round(batch_ms, 3),
+            "target_p50_ms_excluding_embedding": TARGET_P50_MS}
+
+
+def _evidence_figures(run: _Run, mems: dict[str, Memory], concurrency_queries: int) -> dict[str, Any]:
+    """(c) concurrency on the conversation with the most questions; (d) recall by merge strategy and BM25 backend."""
+    with_evidence = [q for q in run.questions if q.evidence]
+    vecs = dict(zip([q.id for q in with_evidence], run.embedder.embed([q.question for q in with_evidence])))
+    busiest = max(run.convs, key=lambda c: len(c.questions))
+    out: dict[str, Any] = {}
+    out["concurrency"] = concurrency(run.work / "stores" / busiest.id, run.cfg, run.embedder,
+                                     [q for q in with_evidence if q.conversation_id == busiest.id], vecs,
+                                     concurrency_queries, max(concurrency_queries // 2, 1))
+    out["recall"] = recall(mems, with_evidence, vecs)
+    out["sparse_backends"] = sparse_backends(mems, with_evidence)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = _parse_args(argv)
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="bench-memsys-"))
     os.environ["MEMSYS_CACHE_DIR"] = str(work / "cache")  # a cold embedding cache, never the shared one
@@ -278,51 +349,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bench = load_locomo(args.data)
         convs = list(bench.conversations[: args.conversations])
         questions = [q for c in convs for q in c.questions]
-        result: dict[str, Any] = {
-            "benchmark": "memsys-core", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": environment(),
-            "data": {"dataset": "locomo", "sha256": bench.sha256, "conversations": len(convs),
-                     "turns": sum(len(s.turns) for c in convs for s in c.sessions), "questions": len(questions),
-                     "questions_with_evidence": sum(bool(q.evidence) for q in questions)},
-        }
+        result = _header(bench, convs, questions)
         cfg = load_memory_config("omni")
-
-        # (a) ingestion: model load apart, then cold cache, then warm cache
-        t0 = time.perf_counter()
-        embedder = make_embedder(EmbedderConfig(), cache_path=work / "cache" / "embeddings.sqlite")
-        embedder.inner.embed(["load the model weights into memory"])  # type: ignore[attr-defined]
-        load_s = time.perf_counter() - t0
-        cold = ingest_all(convs, cfg, embedder, work / "stores-cold", "cold")
-        warm = ingest_all(convs, cfg, embedder, work / "stores", "warm")
-        cold_write = cold_tier_put_cost()
-        # one fsync'ed cold-tier file per turn: its share of the warm ingest time
-        cold_write["share_of_warm_ingest"] = round(cold_write["ms_per_put"] * warm["turns"] / 1e3 / warm["seconds"], 3)
-        result["ingest"] = {"target_turns_per_s": TARGET_TURNS_PER_S, "model_load_s": round(load_s, 2),
-                            "cold_cache": cold, "warm_cache": warm, "cold_tier_write": cold_write}
-        shutil.rmtree(work / "stores-cold", ignore_errors=True)
+        embedder, load_s = _load_embedder(work)
+        run = _Run(work, cfg, embedder, convs, questions)
+        result["ingest"] = _ingest_figures(run, load_s)
 
         mems = {c.id: Memory.open(work / "stores" / c.id, cfg, read_only=True, embedder=embedder) for c in convs}
         try:
-            # (b) latency on a fixed random sample; the "included" pass sees each question first
-            sample = random.Random(0).sample(questions, min(args.questions, len(questions)))
-            t0 = time.perf_counter()
-            lat_vecs = dict(zip([q.id for q in sample], embedder.inner.embed([q.question for q in sample])))  # type: ignore[attr-defined]
-            batch_ms = (time.perf_counter() - t0) * 1e3 / max(len(sample), 1)
-            graph = any(getattr(m, "_graph", None) is not None for m in mems.values())  # none: add() builds none
-            result["latency"] = {"preset": "omni", "graph_attached": graph, **latency(mems, sample, lat_vecs),
-                                 "batched_query_embedding_ms_per_query": round(batch_ms, 3),
-                                 "target_p50_ms_excluding_embedding": TARGET_P50_MS}
-
-            with_evidence = [q for q in questions if q.evidence]
-            vecs = dict(zip([q.id for q in with_evidence], embedder.embed([q.question for q in with_evidence])))
-            # (c) concurrency on the conversation with the most questions
-            busiest = max(convs, key=lambda c: len(c.questions))
-            result["concurrency"] = concurrency(work / "stores" / busiest.id, cfg, embedder,
-                                                [q for q in with_evidence if q.conversation_id == busiest.id], vecs,
-                                                args.concurrency_queries, max(args.concurrency_queries // 2, 1))
-            # (d) evidence recall by merge strategy, and the two BM25 backends
-            result["recall"] = recall(mems, with_evidence, vecs)
-            result["sparse_backends"] = sparse_backends(mems, with_evidence)
+            result["latency"] = _latency_figures(run, mems, args.questions)
+            result.update(_evidence_figures(run, mems, args.concurrency_queries))
         finally:
             for mem in mems.values():
                 mem.close()
