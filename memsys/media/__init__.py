@@ -80,15 +80,15 @@ class MediaInputError(InputError):
 
 
 _LAZY = {
-    "ingest_image": "memsys.media.ingest",
+    "ingest_image": "memsys.media.image_ingest",
     "ingest_images": "memsys.media.ingest",
-    "ingest_audio": "memsys.media.ingest",
-    "ingest_video": "memsys.media.ingest",
+    "ingest_audio": "memsys.media.audio_ingest",
+    "ingest_video": "memsys.media.video_ingest",
     "ingest_files": "memsys.media.ingest",
     "ImageItem": "memsys.media.ingest",
-    "MediaReport": "memsys.media.ingest",
-    "MediaItemReport": "memsys.media.ingest",
-    "llm_captioner": "memsys.media.ingest",
+    "MediaReport": "memsys.media.report",
+    "MediaItemReport": "memsys.media.report",
+    "llm_captioner": "memsys.media.captioning",
     "context_to_content_parts": "memsys.media.image",
     "ImageEncoder": "memsys.media.encoders",
     "PerceptualImageEncoder": "memsys.media.encoders",

@@ -18,7 +18,8 @@ from memsys.config import EmbedderConfig, MediaConfig, MemoryConfig
 from memsys.media import MediaInputError, MediaReport, ingest_image, ingest_images, memgallery_image_path
 from memsys.media.encoders import ClipImageEncoder, PerceptualImageEncoder, make_image_encoder
 from memsys.media.image import decode_image
-from memsys.media.ingest import ImageItem, load_image_vector
+from memsys.media.ingest import ImageItem
+from memsys.media.ingest_state import load_image_vector
 from memsys.memory import Memory
 from memsys.records import Modality
 from tests.support.media import scene
