@@ -2,7 +2,7 @@
 
 Summary = transcript or ``[speech segment 12.3-15.8 s]``; pointer = that segment as a
 16 kHz mono WAV; ``time_span`` = seconds in the source file; prev/next links. The
-segment gate and MAU builder (:func:`_speech_maus`) also serve video soundtracks,
+segment gate and MAU builder (:func:`speech_maus`) also serve video soundtracks,
 so both get the same gate, WAVs and details.
 """
 
@@ -20,9 +20,9 @@ from memsys.media import MediaInputError
 from memsys.media.audio import AudioClip, encode_wav, find_speech_segments, load_audio, rms
 from memsys.media.gates import AudioGate, SpeechSegment
 from memsys.media.image import read_media_bytes
-from memsys.media.ingest_state import _already_stored, media_state
-from memsys.media.mau_fields import _link_chain, _MauMeta, _offset, _put
-from memsys.media.report import MediaItemReport, MediaReport, _finish, _label
+from memsys.media.ingest_state import already_stored, media_state
+from memsys.media.mau_fields import MauMeta, link_chain, put_blob, time_shift
+from memsys.media.report import MediaItemReport, MediaReport, finish_item, item_label
 from memsys.records import MAU, IngestDecision, Modality
 from memsys.store.atomic import sha256_bytes
 
@@ -31,7 +31,7 @@ TranscriptFn = Callable[[np.ndarray, int], str]  # (float32 mono samples, sample
 
 @dataclass
 class _Speech:
-    """What :func:`_speech_maus` found in one audio track (MAUs not yet in the store)."""
+    """What :func:`speech_maus` found in one audio track (MAUs not yet in the store)."""
 
     maus: list[MAU]
     segments: int  # candidate segments the VAD found
@@ -56,7 +56,7 @@ class _SpeechTrack:
     t0: float
     track: str | None
     transcript_fn: TranscriptFn | None
-    meta: _MauMeta
+    meta: MauMeta
 
 
 def _speech_candidates(cfg: Any, gate: AudioGate, clip: AudioClip) -> tuple[list[SpeechSegment], IngestDecision | None, float]:
@@ -117,7 +117,7 @@ def _segment_mau(memory: Any, tr: _SpeechTrack, seg: SpeechSegment, d: IngestDec
     a, b = int(seg.start * rate), int(seg.end * rate)
     samples = tr.clip.samples[a:b]
     transcript = _transcribe(tr, samples, seg, item)
-    pointer, nb = _put(memory.store.cold, encode_wav(samples, rate), "wav")
+    pointer, nb = put_blob(memory.store.cold, encode_wav(samples, rate), "wav")
     mid = f"{tr.base}:{tr.stem}{n:03d}"
     if mid in memory.store.positions:
         raise DuplicateIdError(f"{item.modality} {item.item}: MAU id {mid!r} already in the store")
@@ -125,13 +125,13 @@ def _segment_mau(memory: Any, tr: _SpeechTrack, seg: SpeechSegment, d: IngestDec
     placeholder = f"[speech segment {tr.t0 + seg.start:.1f}-{tr.t0 + seg.end:.1f} s]"
     meta = tr.meta
     mau = MAU(id=mid, summary=transcript or placeholder,
-              modality=Modality.AUDIO, timestamp=_offset(meta.timestamp, tr.t0 + seg.start), pointer=pointer,
+              modality=Modality.AUDIO, timestamp=time_shift(meta.timestamp, tr.t0 + seg.start), pointer=pointer,
               session_id=meta.session_id, source_id=tr.base, speaker=meta.speaker, details=details,
               persons=meta.persons, time_span=_segment_span(tr, seg))
     return mau, nb
 
 
-def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: str, stem: str, sha: str,
+def speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: str, stem: str, sha: str,
                  transcript_fn: TranscriptFn | None, timestamp: datetime | None, session_id: str | None,
                  speaker: str | None, t0: float = 0.0, track: str | None = None) -> _Speech:
     """Gate a decoded track's speech into prev/next-linked MAUs ``{base}:{stem}NNN``.
@@ -145,7 +145,7 @@ def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: s
     """
     cfg = memory.cfg.ingest.media
     gate = AudioGate(cfg.vad_threshold, cfg.silence_energy, cfg.min_speech_ms, cfg.audio_keep_uncertain)
-    tr = _SpeechTrack(clip, base, stem, sha, t0, track, transcript_fn, _MauMeta(timestamp, session_id, speaker))
+    tr = _SpeechTrack(clip, base, stem, sha, t0, track, transcript_fn, MauMeta(timestamp, session_id, speaker))
     segments, silence, total_rms = _speech_candidates(cfg, gate, clip)
     maus: list[MAU] = []
     new_bytes = 0
@@ -161,7 +161,7 @@ def _speech_maus(memory: Any, clip: AudioClip, item: MediaItemReport, *, base: s
         new_bytes += nb
         maus.append(mau)
         part["mau_id"] = mau.id
-    _link_chain(maus)
+    link_chain(maus)
     return _Speech(maus, len(segments), verdicts, silence, total_rms, new_bytes)
 
 
@@ -170,18 +170,18 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
                  speaker: str | None = None, report: MediaReport | None = None) -> list[MAU]:
     """Speech segments of an audio file as MAUs (silence and non-speech are not stored)."""
     cfg = memory.cfg.ingest.media
-    item = MediaItemReport(_label(audio), "audio")
+    item = MediaItemReport(item_label(audio), "audio")
     try:
         data, item.item = read_media_bytes(audio, cfg.max_audio_bytes, "audio")
         item.bytes_in = len(data)
         sha = sha256_bytes(data)
         st = media_state(memory)
         with st.lock:
-            if _already_stored(st, sha, item, report):
+            if already_stored(st, sha, item, report):
                 return []
         clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
         item.notes.extend(clip.notes)
-        sp = _speech_maus(memory, clip, item, base=id or f"aud-{sha[:16]}", stem="seg", sha=sha,
+        sp = speech_maus(memory, clip, item, base=id or f"aud-{sha[:16]}", stem="seg", sha=sha,
                           transcript_fn=transcript_fn, timestamp=timestamp, session_id=session_id, speaker=speaker)
         maus = sp.maus
         item.decision = sp.silence
@@ -199,8 +199,8 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
                                            speech_s / clip.duration if clip.duration else 0.0,
                                            f"{len(maus)} of {sp.segments} segments kept ({summary})")
         item.mau_ids, item.bytes_stored = [m.id for m in maus], sp.new_bytes
-        _finish(report, item)
+        finish_item(report, item)
         return maus
     except (MediaInputError, DuplicateIdError) as exc:
-        _finish(report, item, exc)
+        finish_item(report, item, exc)
         return []

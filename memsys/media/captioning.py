@@ -14,12 +14,12 @@ from memsys.media.report import MediaItemReport
 Captioner = Callable[[bytes, str], str]  # (image bytes, mime) -> caption
 
 
-def _one_line(text: str | None) -> str | None:
+def caption_line(text: str | None) -> str | None:
     """A caller's caption with its whitespace collapsed; None when it is blank."""
     return " ".join(text.split()) if text and text.strip() else None
 
 
-def _call_captioner(captioner: Captioner, data: bytes, mime: str, item: MediaItemReport, what: str) -> str | None:
+def call_captioner(captioner: Captioner, data: bytes, mime: str, item: MediaItemReport, what: str) -> str | None:
     try:
         text = captioner(data, mime)
     except Exception as exc:  # an LLM failure must not lose the image

@@ -18,13 +18,13 @@ import numpy as np
 
 from memsys.errors import DuplicateIdError
 from memsys.media import MediaInputError
-from memsys.media.captioning import Captioner, _call_captioner, _one_line
+from memsys.media.captioning import Captioner, call_captioner, caption_line
 from memsys.media.encoders import ImageEncoder
 from memsys.media.gates import CrossModalGate, recent_text_window
 from memsys.media.image import DecodedImage, decode_image, read_media_bytes
-from memsys.media.ingest_state import _already_stored, _MediaState, media_state
-from memsys.media.mau_fields import _MauMeta, _put
-from memsys.media.report import MediaItemReport, MediaReport, _finish, _label
+from memsys.media.ingest_state import MediaState, already_stored, media_state
+from memsys.media.mau_fields import MauMeta, put_blob
+from memsys.media.report import MediaItemReport, MediaReport, finish_item, item_label
 from memsys.records import MAU, IngestDecision, Modality
 from memsys.store.atomic import sha256_bytes
 from memsys.store.cold import ColdStore
@@ -71,7 +71,7 @@ class _Caption:
 class _ImageLabels:
     """The caller's names for one image, beside the shared when / where / who."""
 
-    meta: _MauMeta
+    meta: MauMeta
     image_id: str | None
     source_id: str | None
 
@@ -90,7 +90,7 @@ def _new_image_id(memory: Any, id: str | None, img: _ImageBytes, item: MediaItem
     return mid
 
 
-def _vision_check(memory: Any, st: _MediaState, encoder: ImageEncoder | None, img: _ImageBytes,
+def _vision_check(memory: Any, st: MediaState, encoder: ImageEncoder | None, img: _ImageBytes,
                   item: MediaItemReport) -> _ImageVision:
     """Encode and gate without committing, so a rejected caption leaves the reference as it was."""
     enc = st.encoder_for(memory, encoder)
@@ -104,16 +104,16 @@ def _image_caption(caption: str | None, captioner: Captioner | None, img: _Image
                    item: MediaItemReport) -> _Caption:
     """The given caption, else the captioner's (called only here, after the vision gate let the image in)."""
     source = "given" if caption and caption.strip() else "none"
-    text = _one_line(caption)
+    text = caption_line(caption)
     if text is None and captioner is not None:
-        text = _call_captioner(captioner, img.data, img.dec.mime, item, "image")
+        text = call_captioner(captioner, img.data, img.dec.mime, item, "image")
         source = "captioner" if text else "none"
     return _Caption(text, source)
 
 
 def _drop(report: "MediaReport | None", item: MediaItemReport, decision: IngestDecision) -> None:
     item.decision = decision
-    _finish(report, item)
+    finish_item(report, item)
 
 
 def _image_details(img: _ImageBytes, vision: _ImageVision, cap: _Caption, decision: IngestDecision,
@@ -132,8 +132,8 @@ def _image_mau(mid: str, img: _ImageBytes, vision: _ImageVision, cap: _Caption, 
                labels: _ImageLabels, cold: ColdStore) -> tuple[MAU, int]:
     """The image MAU with its bytes and encoder vector in the cold tier, and the bytes newly written."""
     dec = img.dec
-    pointer, new_bytes = _put(cold, img.data, dec.ext)
-    vec_pointer, new_vec = _put(cold, np.asarray(vision.vec, "<f2").tobytes(), "f16")
+    pointer, new_bytes = put_blob(cold, img.data, dec.ext)
+    vec_pointer, new_vec = put_blob(cold, np.asarray(vision.vec, "<f2").tobytes(), "f16")
     tag = f"[image {labels.image_id}]" if labels.image_id else "[image]"
     summary = f"{tag} {cap.text}" if cap.text else f"{tag} {dec.width}x{dec.height} {dec.mime} (no caption)"
     details = _image_details(img, vision, cap, decision, vec_pointer, labels.image_id)
@@ -156,12 +156,12 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
     images the vision gate lets through, so static images cost no LLM call.
     """
     cfg = memory.cfg.ingest.media
-    item = MediaItemReport(_label(image), "image")
+    item = MediaItemReport(item_label(image), "image")
     try:
         img = _read_image(image, cfg.max_image_bytes, item)
         st = media_state(memory)
         with st.lock:
-            if _already_stored(st, img.sha, item, report):
+            if already_stored(st, img.sha, item, report):
                 return None
             mid = _new_image_id(memory, id, img, item)
             vision = _vision_check(memory, st, encoder, img, item)
@@ -174,15 +174,15 @@ def ingest_image(memory: Any, image: str | Path | bytes, caption: str | None = N
             if not decision.accepted:
                 _drop(report, item, decision)
                 return None
-            labels = _ImageLabels(_MauMeta(timestamp, session_id, speaker), image_id, source_id)
+            labels = _ImageLabels(MauMeta(timestamp, session_id, speaker), image_id, source_id)
             mau, new_bytes = _image_mau(mid, img, vision, cap, decision, labels, memory.store.cold)
             memory.add_maus([mau])
             if vision.decision.verdict == "novel":  # only a clear visual change moves the reference
                 st.image_gate.accept(vision.vec)
             st.seen_sha[img.sha] = mid
         item.decision, item.mau_ids, item.bytes_stored = decision, [mid], new_bytes
-        _finish(report, item)
+        finish_item(report, item)
         return mau
     except (MediaInputError, DuplicateIdError) as exc:
-        _finish(report, item, exc)
+        finish_item(report, item, exc)
         return None

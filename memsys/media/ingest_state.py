@@ -18,14 +18,14 @@ import numpy as np
 from memsys.errors import ConfigError
 from memsys.media.encoders import ImageEncoder, make_image_encoder
 from memsys.media.gates import VisionNoveltyGate
-from memsys.media.report import MediaItemReport, MediaReport, _finish
+from memsys.media.report import MediaItemReport, MediaReport, finish_item
 from memsys.records import IngestDecision, Modality
 from memsys.store.cold import ColdStore
 
 log = logging.getLogger(__name__)
 
 
-class _MediaState:
+class MediaState:
     """Gate state that must persist across calls for one memory (the image stream)."""
 
     def __init__(self, memory: Any):
@@ -71,15 +71,15 @@ class _MediaState:
         self.image_gate.seed(reversed(refs))
 
 
-_STATES: "weakref.WeakKeyDictionary[Any, _MediaState]" = weakref.WeakKeyDictionary()
+_STATES: "weakref.WeakKeyDictionary[Any, MediaState]" = weakref.WeakKeyDictionary()
 _STATES_LOCK = threading.Lock()
 
 
-def media_state(memory: Any) -> _MediaState:
+def media_state(memory: Any) -> MediaState:
     with _STATES_LOCK:
         st = _STATES.get(memory)
         if st is None:
-            st = _STATES[memory] = _MediaState(memory)
+            st = _STATES[memory] = MediaState(memory)
         return st
 
 
@@ -89,10 +89,10 @@ def load_image_vector(cold: ColdStore, pointer: str) -> np.ndarray:
     return np.frombuffer(cold.get(pointer), "<f2").astype(np.float32)
 
 
-def _already_stored(st: Any, sha: str, item: "MediaItemReport", report: "MediaReport | None") -> bool:
+def already_stored(st: Any, sha: str, item: "MediaItemReport", report: "MediaReport | None") -> bool:
     """Identical bytes are stored once: report the duplicate (call with ``st.lock`` held)."""
     if sha not in st.seen_sha:
         return False
     item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
-    _finish(report, item)
+    finish_item(report, item)
     return True

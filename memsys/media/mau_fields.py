@@ -14,18 +14,18 @@ from memsys.store.atomic import sha256_bytes
 from memsys.store.cold import POINTER_PREFIX, ColdStore
 
 
-def _put(cold: ColdStore, data: bytes, ext: str) -> tuple[str, int]:
+def put_blob(cold: ColdStore, data: bytes, ext: str) -> tuple[str, int]:
     """Cold pointer and the number of bytes newly written (0 when deduplicated)."""
     existed = cold.path(f"{POINTER_PREFIX}{sha256_bytes(data)}.{ext.lstrip('.')}").exists()
     return cold.put(data, ext), 0 if existed else len(data)
 
 
-def _offset(ts: datetime | None, seconds: float) -> datetime | None:
+def time_shift(ts: datetime | None, seconds: float) -> datetime | None:
     return ts + timedelta(seconds=round(seconds, 3)) if ts is not None else None
 
 
 @dataclass(frozen=True)
-class _MauMeta:
+class MauMeta:
     """The caller's when / where / who, copied onto every MAU an item yields."""
 
     timestamp: datetime | None
@@ -37,7 +37,7 @@ class _MauMeta:
         return [self.speaker] if self.speaker else []
 
 
-def _link_chain(maus: Sequence[MAU]) -> None:
+def link_chain(maus: Sequence[MAU]) -> None:
     for a, b in zip(maus, maus[1:]):
         a.links.append(Link(LinkKind.NEXT, b.id))
         b.links.append(Link(LinkKind.PREV, a.id))

@@ -70,13 +70,13 @@ class MediaReport:
         return {"counts": self.count(), "items": [asdict(i) for i in self.items]}
 
 
-def _label(source: Any) -> str:
+def item_label(source: Any) -> str:
     if isinstance(source, (bytes, bytearray, memoryview)):
         return f"<{len(source)} bytes>"
     return str(source)
 
 
-def _finish(report: "MediaReport | None", item: MediaItemReport, exc: Exception | None = None) -> None:
+def finish_item(report: "MediaReport | None", item: MediaItemReport, exc: Exception | None = None) -> None:
     if exc is not None:
         if report is None:
             raise exc

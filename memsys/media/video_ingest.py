@@ -18,14 +18,14 @@ from typing import Any, Sequence
 from memsys.errors import DuplicateIdError
 from memsys.media import MediaInputError
 from memsys.media.audio import load_audio
-from memsys.media.audio_ingest import TranscriptFn, _speech_maus
-from memsys.media.captioning import Captioner, _call_captioner, _one_line
+from memsys.media.audio_ingest import TranscriptFn, speech_maus
+from memsys.media.captioning import Captioner, call_captioner, caption_line
 from memsys.media.encoders import ImageEncoder
 from memsys.media.gates import VisionNoveltyGate
 from memsys.media.image import encode_jpeg, read_media_bytes
-from memsys.media.ingest_state import _already_stored, media_state
-from memsys.media.mau_fields import _link_chain, _MauMeta, _offset, _put
-from memsys.media.report import MediaItemReport, MediaReport, _finish, _label
+from memsys.media.ingest_state import already_stored, media_state
+from memsys.media.mau_fields import MauMeta, link_chain, put_blob, time_shift
+from memsys.media.report import MediaItemReport, MediaReport, finish_item, item_label
 from memsys.media.video import Scene, SceneSegmentation, segment_scenes
 from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality
 from memsys.store.atomic import sha256_bytes
@@ -58,7 +58,7 @@ def _video_speech(memory: Any, data: bytes, t0: float | None, item: MediaItemRep
         item.notes.append(f"audio track skipped: {exc}")
         return [], 0
     item.notes.extend(f"audio track {n}" for n in clip.notes)
-    sp = _speech_maus(memory, clip, item, base=base, stem="speech", sha=sha, transcript_fn=transcript_fn,
+    sp = speech_maus(memory, clip, item, base=base, stem="speech", sha=sha, transcript_fn=transcript_fn,
                       timestamp=timestamp, session_id=session_id, speaker=speaker, t0=t0, track="video_audio")
     for m in sp.maus:
         scene = _scene_at(scenes, (m.time_span[0] + m.time_span[1]) / 2)  # type: ignore[index]
@@ -80,7 +80,7 @@ class _SegmentedVideo:
     pointer: str  # the whole file, stored once
     caption: str | None  # the caller's caption of the whole video
     captioner: Captioner | None
-    meta: _MauMeta
+    meta: MauMeta
 
 
 def _segment_video(cfg: Any, data: bytes, enc: ImageEncoder, sample_fps: float | None,
@@ -112,8 +112,8 @@ def _scene_mau(memory: Any, v: _SegmentedVideo, k: int, sc: Scene, item: MediaIt
     """Scene ``k`` as a MAU, its keyframe as a JPEG in the cold tier, and the bytes newly written."""
     cfg = memory.cfg.ingest.media
     key = encode_jpeg(sc.keyframe.image, cfg.keyframe_max_side, cfg.keyframe_jpeg_quality)
-    key_pointer, nb = _put(memory.store.cold, key, "jpg")
-    scene_caption = _call_captioner(v.captioner, key, "image/jpeg", item, f"scene {k}") if v.captioner else None
+    key_pointer, nb = put_blob(memory.store.cold, key, "jpg")
+    scene_caption = call_captioner(v.captioner, key, "image/jpeg", item, f"scene {k}") if v.captioner else None
     text = " ".join(t for t in (v.caption, scene_caption) if t)
     span = _scene_span(sc)
     tag = f"[video scene {span[0]:.1f}-{span[1]:.1f} s]"
@@ -125,7 +125,7 @@ def _scene_mau(memory: Any, v: _SegmentedVideo, k: int, sc: Scene, item: MediaIt
         details["caption"] = scene_caption
     meta = v.meta
     mau = MAU(id=mid, summary=f"{tag} {text}".strip(), modality=Modality.VIDEO,
-              timestamp=_offset(meta.timestamp, sc.start), pointer=v.pointer, session_id=meta.session_id,
+              timestamp=time_shift(meta.timestamp, sc.start), pointer=v.pointer, session_id=meta.session_id,
               source_id=v.base, speaker=meta.speaker, details=details, persons=meta.persons, time_span=span)
     return mau, nb
 
@@ -140,7 +140,7 @@ def _scene_maus(memory: Any, v: _SegmentedVideo, item: MediaItemReport) -> tuple
         maus.append(mau)
         item.parts.append({"span": list(_scene_span(sc)), "verdict": sc.decision.verdict,
                            "frames": sc.frames, "static": sc.static, "uncertain": sc.uncertain, "mau_id": mau.id})
-    _link_chain(maus)
+    link_chain(maus)
     return maus, new_bytes
 
 
@@ -168,21 +168,21 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
     (if given) transcribes each speech segment, as for :func:`ingest_audio`.
     """
     cfg = memory.cfg.ingest.media
-    item = MediaItemReport(_label(video), "video")
+    item = MediaItemReport(item_label(video), "video")
     try:
         data, item.item = read_media_bytes(video, cfg.max_video_bytes, "video")
         item.bytes_in = len(data)
         sha = sha256_bytes(data)
         st = media_state(memory)
         with st.lock:
-            if _already_stored(st, sha, item, report):
+            if already_stored(st, sha, item, report):
                 return []
             enc = st.encoder_for(memory, encoder)
         seg = _segment_video(cfg, data, enc, sample_fps, item)
         base = id or f"vid-{sha[:16]}"
-        clip_pointer, new_bytes = _put(memory.store.cold, data, seg.info.ext)
-        segmented = _SegmentedVideo(seg, enc.name, base, sha, clip_pointer, _one_line(caption), captioner,
-                                 _MauMeta(timestamp, session_id, speaker))
+        clip_pointer, new_bytes = put_blob(memory.store.cold, data, seg.info.ext)
+        segmented = _SegmentedVideo(seg, enc.name, base, sha, clip_pointer, caption_line(caption), captioner,
+                                 MauMeta(timestamp, session_id, speaker))
         maus, nb = _scene_maus(memory, segmented, item)
         new_bytes += nb
         speech: list[MAU] = []
@@ -196,8 +196,8 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
         _describe_video(item, seg)
         maus += speech
         item.mau_ids, item.bytes_stored = [m.id for m in maus], new_bytes
-        _finish(report, item)
+        finish_item(report, item)
         return maus
     except (MediaInputError, DuplicateIdError) as exc:
-        _finish(report, item, exc)
+        finish_item(report, item, exc)
         return []
