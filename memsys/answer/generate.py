@@ -18,7 +18,7 @@ from string import Template
 from typing import Any
 
 from memsys.answer.attribution import attributed_elsewhere
-from memsys.answer.hints import TYPE_HINTS, answer_type, type_hint
+from memsys.answer.hints import TYPE_HINTS, answer_type, restates_hint, type_hint
 from memsys.answer.times import resolutions, resolve_answer_times
 from memsys.config import AnswerConfig
 from memsys.errors import ConfigError, LLMResponseFormatError
@@ -100,15 +100,20 @@ def render_memories(context: Context, cfg: AnswerConfig) -> str:
                           group_by_session=cfg.group_by_session, facts_style=cfg.graph_facts_style)
 
 
+def form_hint(question: str, cfg: AnswerConfig) -> str | None:
+    """The expected-answer-form line the reader is given for ``question``, if any."""
+    if cfg.type_hints:
+        return type_hint(question)
+    if cfg.image_ids and answer_type(question) == "image":
+        return TYPE_HINTS["image"]
+    return None
+
+
 def format_hint(question: str, cfg: AnswerConfig) -> str:
     """The lines after the question: the expected answer form (``type_hints``), then the JSON reply
     instruction (``response_format``); the schema itself goes with the request (answer_question)."""
-    if cfg.type_hints:
-        lines = [type_hint(question)]
-    elif cfg.image_ids and answer_type(question) == "image":
-        lines = [TYPE_HINTS["image"]]
-    else:
-        lines = []
+    hint = form_hint(question, cfg)
+    lines = [hint] if hint else []
     if cfg.response_format and cfg.abstains_by_reader():
         lines.append('Reply with a JSON object {"answer": "...", "supported": true or false}; "supported" is false '
                      'when no memory states the answer.')
@@ -227,9 +232,11 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
         confidence = _confidence(logprobs)
         if confidence is not None and confidence < cfg.abstain_logprob:
             text = ABSTAIN_TEXT
+    reason = None
+    if (hint := form_hint(question, cfg)) and restates_hint(text, hint):  # the hint copied, not an answer
+        text, reason = ABSTAIN_TEXT, "the reply restates the answer-form hint"
     if cfg.resolve_times and text != ABSTAIN_TEXT:
         text = resolve_answer_times(text, context.items)
-    reason = None
     if cfg.abstain_attribution and text != ABSTAIN_TEXT:  # judged on the answer as it will be scored
         if reason := attributed_elsewhere(question, text, context.items, context.speakers):
             text = ABSTAIN_TEXT

@@ -20,6 +20,9 @@ Rules, first match wins:
 - span: anything else ("what", "who", "where", "why", ...), answered in a few words.
 
 A "when" inside the question ("What did John say when ...") is a conjunction, not a date question.
+
+A reply that only restates its hint line ("a short phrase of a few words (or a short list), not a ...")
+is no answer: :func:`restates_hint` tells the reader's caller to abstain instead.
 """
 
 from __future__ import annotations
@@ -63,3 +66,25 @@ def answer_type(question: str) -> str:
 
 def type_hint(question: str) -> str:
     return TYPE_HINTS[answer_type(question)]
+
+
+_EXAMPLES = re.compile(r"\(e\.g\.[^)]*\)")
+_WORD = re.compile(r"[a-z0-9]+")
+#: a restatement is this many words or more: shorter runs ("a date", "yes") are real answers
+RESTATED_MIN_WORDS = 3
+
+
+def restates_hint(reply: str, hint: str) -> bool:
+    """Whether ``reply`` is a run of ``hint``'s own words rather than an answer.
+
+    Why: with nothing in its memories that answers, the 1.5B reader fills the JSON answer with the
+    hint it was given (LoCoMo dev, session 32: 2 of 50 replies with ``type_hints`` on, both on
+    questions whose honest answer is the abstention). The hint's examples ("e.g. 3, 4 years, twice a
+    week") are left out of the comparison: a reply that matches one is an answer of that form."""
+    words = _WORD.findall(reply.lower())
+    if words[:2] == ["expected", "answer"]:
+        words = words[2:]
+    hint_words = _WORD.findall(_EXAMPLES.sub(" ", hint.lower()))
+    if len(words) < RESTATED_MIN_WORDS:
+        return False
+    return any(hint_words[i:i + len(words)] == words for i in range(len(hint_words) - len(words) + 1))

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from benchmarks.datasets.locomo import load_locomo
-from memsys.answer.hints import ANSWER_TYPES, TYPE_HINTS, answer_type, type_hint
+from memsys.answer.hints import ANSWER_TYPES, TYPE_HINTS, answer_type, restates_hint, type_hint
 
 #: LoCoMo question id -> the answer form, read by hand from the question and its gold answer
 HAND_CHECKED = {
@@ -84,3 +84,29 @@ def test_which_image_asks_for_an_id_and_every_mem_gallery_such_question_has_one(
     assert len(asked) > 150 and {q.category for q in asked} >= {"VS"}
     ids = [q for q in asked if re.fullmatch(r"(D\d+:IMG_\d+[,; ]*)+", q.answer.strip())]
     assert len(ids) >= 0.95 * len(asked), [q.answer for q in asked if q not in ids][:5]
+
+
+@pytest.mark.parametrize("reply", ["a short phrase of a few words (or a short list), not a sentence.",
+                                   "a short phrase of a few words (or a short list)",  # the two replies seen
+                                   "Expected answer: a number or amount with its unit",
+                                   "yes or no"])
+def test_a_run_of_the_hints_own_words_is_a_restatement(reply):
+    assert any(restates_hint(reply, hint) for hint in TYPE_HINTS.values())
+
+
+@pytest.mark.parametrize("reply, kind", [("twice a week", "count"), ("4 years", "count"), ("7 May 2023", "date"),
+                                         ("a dog and a cat", "span"), ("a date", "date"), ("no", "yes_no"),
+                                         ("", "span")])
+def test_answers_of_the_hinted_form_are_not_restatements(reply, kind):
+    """The hint's own examples and short runs ("a date") are answers of that form, not echoes."""
+    assert not restates_hint(reply, TYPE_HINTS[kind])
+
+
+def test_no_locomo_gold_answer_restates_its_questions_hint(locomo_path):
+    """Were the reader to give the gold answer word for word, the check must keep it: nor the trap answer of a category 5
+    question: over all of them."""
+    ds = load_locomo(locomo_path)
+    golds = [(q.question, a) for c in ds.conversations for q in c.questions
+             for a in (q.answer, q.adversarial_answer) if a]
+    assert len(golds) > 1900
+    assert [g for q, g in golds if restates_hint(g, type_hint(q))] == []

@@ -13,7 +13,7 @@ import pytest
 from benchmarks.datasets.locomo import load_locomo
 from benchmarks.datasets.schema import iter_turns
 from harness.tokens import count_tokens
-from memsys.answer.generate import ANSWER_SCHEMA, answer_question, build_messages
+from memsys.answer.generate import ABSTAIN_TEXT, ANSWER_SCHEMA, answer_question, build_messages
 from memsys.answer.hints import TYPE_HINTS
 from memsys.config import LLMConfig
 from memsys.llm.client import LLMClient
@@ -99,6 +99,28 @@ def test_the_json_schema_reply_path_works_with_hints_and_compact_facts(store, op
     (body,) = openai_server.chat_requests
     assert body["response_format"]["json_schema"]["schema"] == ANSWER_SCHEMA
     assert TYPE_HINTS["date"] in body["messages"][-1]["content"]
+
+
+def test_a_reply_that_restates_its_hint_is_an_abstention(store, openai_server, monkeypatch):
+    """The echo seen with the embedded reader (session 32) comes back through the real reply path; a
+    real answer of the hinted form, and the same echo on a reader given no hint, are kept as they came."""
+    monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
+    hinted, view = reader_view(store, "memory.answer.type_hints=true")
+    plain, _ = reader_view(store)
+    (q, ctx), (count_q, count_ctx) = view[1], view[2]  # a span question, a count question
+    echo = "a short phrase of a few words (or a short list), not a sentence."
+    for reply in (echo, "2 kids", echo):
+        openai_server.enqueue(Reply.of_json({"answer": reply}))
+    llm_cfg = LLMConfig(backend="openai", model="test-model", base_url=openai_server.base_url,
+                        api_key_env="MEMSYS_TEST_KEY_UNSET", timeout_s=5.0, max_retries=0, cache=False)
+    with LLMClient(llm_cfg) as llm:
+        dropped = answer_question(llm, q, ctx, hinted.answer)
+        kept = answer_question(llm, count_q, count_ctx, hinted.answer)
+        unhinted = answer_question(llm, q, ctx, plain.answer)
+    assert dropped.text == ABSTAIN_TEXT and dropped.abstain_reason == "the reply restates the answer-form hint"
+    assert dropped.raw_reply == '{"answer": "%s"}' % echo  # what the reader said stays on the record
+    assert kept.text == "2 kids" and kept.abstain_reason is None
+    assert unhinted.text == echo and unhinted.abstain_reason is None
 
 
 # ------------------------------------------------------------------ graph facts

@@ -18,6 +18,7 @@ from benchmarks.datasets.locomo import load_locomo
 from benchmarks.datasets.schema import iter_turns
 from harness.errors import ConfigError
 from harness.paths import config_dir
+from harness.tokens import count_tokens
 from memsys.answer.generate import PROMPTS_DIR, reader_request
 from memsys.config import MemoryConfig, load_memory_config, to_container
 from memsys.memory import Memory
@@ -465,11 +466,15 @@ class ReaderInputs:
 def reader_inputs(tmp_path_factory, locomo_path, embedder) -> ReaderInputs:
     conv = load_locomo(locomo_path).conversation(CONVERSATION)
     asked = conv.questions[::QUESTION_STRIDE][:N_QUESTIONS]
-    # only the sessions that hold the questions' evidence, and 5 and 8, which hold the conversation's longest
-    # turns (over the 64-token level-1 cut, so the summary levers have something to cut): 7 of 19 sessions,
-    # 151 of 369 turns. Every ingest probe value builds a store; re-embedding the whole conversation for each
-    # was most of these tests' time.
-    sessions = {s for q in asked for s in q.session_ids} | {"session_5", "session_8"}
+    # only the sessions that hold the questions' evidence, and the two that hold the conversation's longest
+    # turns (over the 64-token level-1 cut, so the summary levers have something to cut; 5 and 8): 7 of 19
+    # sessions, 151 of 369 turns. Every ingest probe value builds a store; re-embedding the whole conversation
+    # for each was most of these tests' time.
+    longest: dict[str, int] = {}
+    for t in iter_turns(conv):
+        longest[t.session_id] = max(longest.get(t.session_id, 0), count_tokens(t.text))
+    sessions = {s for q in asked for s in q.session_ids} | set(sorted(longest, key=longest.__getitem__)[-2:])
+    assert len(sessions) == 7, sorted(sessions)  # DATA_BOUND below was read off these 7
     turns = [Turn(t.id, t.speaker, t.text, t.timestamp, t.session_id, image_caption=t.image_caption)
              for t in iter_turns(conv) if t.session_id in sessions]
     return ReaderInputs(tmp_path_factory.mktemp("levers"), turns, [q.question for q in asked])
