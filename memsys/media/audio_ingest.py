@@ -19,12 +19,10 @@ from memsys.errors import DuplicateIdError
 from memsys.media import MediaInputError
 from memsys.media.audio import AudioClip, encode_wav, find_speech_segments, load_audio, rms
 from memsys.media.gates import AudioGate, SpeechSegment
-from memsys.media.image import read_media_bytes
-from memsys.media.ingest_state import already_stored, media_state
+from memsys.media.ingest_state import read_new_item
 from memsys.media.mau_fields import MauMeta, link_chain, put_blob, time_shift
 from memsys.media.report import MediaItemReport, MediaReport, finish_item, item_label
 from memsys.records import MAU, IngestDecision, Modality
-from memsys.store.atomic import sha256_bytes
 
 TranscriptFn = Callable[[np.ndarray, int], str]  # (float32 mono samples, sample rate) -> text
 
@@ -172,13 +170,9 @@ def ingest_audio(memory: Any, audio: str | Path | bytes, transcript_fn: Transcri
     cfg = memory.cfg.ingest.media
     item = MediaItemReport(item_label(audio), "audio")
     try:
-        data, item.item = read_media_bytes(audio, cfg.max_audio_bytes, "audio")
-        item.bytes_in = len(data)
-        sha = sha256_bytes(data)
-        st = media_state(memory)
-        with st.lock:
-            if already_stored(st, sha, item, report):
-                return []
+        if (new := read_new_item(memory, audio, cfg.max_audio_bytes, "audio", item, report)) is None:
+            return []
+        data, sha, st = new
         clip = load_audio(data, item.item, cfg.audio_sample_rate, cfg.min_sample_rate)
         item.notes.extend(clip.notes)
         sp = speech_maus(memory, clip, item, base=id or f"aud-{sha[:16]}", stem="seg", sha=sha,

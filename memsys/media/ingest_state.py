@@ -18,8 +18,10 @@ import numpy as np
 from memsys.errors import ConfigError
 from memsys.media.encoders import ImageEncoder, make_image_encoder
 from memsys.media.gates import VisionNoveltyGate
+from memsys.media.image import read_media_bytes
 from memsys.media.report import MediaItemReport, MediaReport, finish_item
 from memsys.records import IngestDecision, Modality
+from memsys.store.atomic import sha256_bytes
 from memsys.store.cold import ColdStore
 
 log = logging.getLogger(__name__)
@@ -96,3 +98,17 @@ def already_stored(st: Any, sha: str, item: "MediaItemReport", report: "MediaRep
     item.decision = IngestDecision(False, "duplicate", 1.0, f"same bytes as MAU {st.seen_sha[sha]!r}")
     finish_item(report, item)
     return True
+
+
+def read_new_item(memory: Any, source: Any, max_bytes: int, kind: str, item: "MediaItemReport",
+                  report: "MediaReport | None") -> "tuple[bytes, str, MediaState] | None":
+    """An item's bytes, their sha256 and the memory's media state; None when the same bytes are already
+    stored (reported as a duplicate). Audio and video start the same way; image decodes first."""
+    data, item.item = read_media_bytes(source, max_bytes, kind)
+    item.bytes_in = len(data)
+    sha = sha256_bytes(data)
+    st = media_state(memory)
+    with st.lock:
+        if already_stored(st, sha, item, report):
+            return None
+    return data, sha, st

@@ -22,13 +22,12 @@ from memsys.media.audio_ingest import TranscriptFn, speech_maus
 from memsys.media.captioning import Captioner, call_captioner, caption_line
 from memsys.media.encoders import ImageEncoder
 from memsys.media.gates import VisionNoveltyGate
-from memsys.media.image import encode_jpeg, read_media_bytes
-from memsys.media.ingest_state import already_stored, media_state
+from memsys.media.image import encode_jpeg
+from memsys.media.ingest_state import read_new_item
 from memsys.media.mau_fields import MauMeta, link_chain, put_blob, time_shift
 from memsys.media.report import MediaItemReport, MediaReport, finish_item, item_label
 from memsys.media.video import Scene, SceneSegmentation, segment_scenes
 from memsys.records import MAU, IngestDecision, Link, LinkKind, Modality
-from memsys.store.atomic import sha256_bytes
 
 
 def _scene_at(scenes: Sequence[MAU], t: float) -> MAU:
@@ -170,13 +169,10 @@ def ingest_video(memory: Any, video: str | Path | bytes, sample_fps: float | Non
     cfg = memory.cfg.ingest.media
     item = MediaItemReport(item_label(video), "video")
     try:
-        data, item.item = read_media_bytes(video, cfg.max_video_bytes, "video")
-        item.bytes_in = len(data)
-        sha = sha256_bytes(data)
-        st = media_state(memory)
+        if (new := read_new_item(memory, video, cfg.max_video_bytes, "video", item, report)) is None:
+            return []
+        data, sha, st = new
         with st.lock:
-            if already_stored(st, sha, item, report):
-                return []
             enc = st.encoder_for(memory, encoder)
         seg = _segment_video(cfg, data, enc, sample_fps, item)
         base = id or f"vid-{sha[:16]}"
