@@ -153,10 +153,9 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     console = Console()
     loop = ResearchLoop.from_run(args.run_id)
     loop.state = loop.load_state()
-    check_sandbox(loop._sandbox_obj(), allow_weak=loop.setup.research.sandbox.allow_weak)
+    check_sandbox(loop.evals.sandbox(), allow_weak=loop.setup.research.sandbox.allow_weak)
     with ExitStack() as stack:
-        loop._stack = stack
-        loop._open_llm(stack)
+        loop.llms.open(stack)
         record = confirm(loop)
     console.print(describe(record))
     return 0

@@ -16,7 +16,9 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from research.diagnosis import read_rows
 from research.evaluate import EvalOutcome
+from research.evaluations import eval_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,7 @@ def confirm(loop: Any) -> dict[str, Any]:
         finally:
             loop.ws.remove(wt.path)
         results[label] = _summary(out) | {"commit": commit}
-        rows[label] = loop.rows(loop.eval_dir(out)) if out.ok else []
+        rows[label] = read_rows(eval_dir(out)) if out.ok else []
     dev_base = next((r.objective_value for r in loop.records if r.index == 0), None)
     record = {
         "split": cc.split, "sample": sample, "objective": loop.setup.eval.objective,

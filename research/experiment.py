@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import ConfigError, MemsysError
 from research import decide as D
 from research.errors import ForbiddenEditError, ProposalFormatError
+from research.evaluations import eval_dir, rows
 from research.failures import PRE_EVALUATION_REJECTIONS, Failure, FailureClass, _failure, classify_exception
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.trajectory import ExperimentRecord
@@ -224,14 +225,14 @@ class Experiment:
         from research.effective import effective_key as cfg_key
         from research.levers import resolve, static_noop
 
-        parent = self.loop.config_at(self.rec.parent_commit)
+        parent = self.loop.commits.config_at(self.rec.parent_commit)
         if parent is None:
             return None
         try:
             after = resolve(parent, prop.config_overrides)
         except ConfigError as exc:
             return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, str(exc), code_changed=True), "propose")
-        lacking = [o for o in prop.config_overrides if o.split("=", 1)[0].strip().removeprefix("memory.") in self.loop.absent_at(self.rec.parent_commit)]
+        lacking = [o for o in prop.config_overrides if o.split("=", 1)[0].strip().removeprefix("memory.") in self.loop.commits.absent_at(self.rec.parent_commit)]
         if lacking:
             msg = f"{'; '.join(lacking)}: this run's memsys has no such key (it is older than this checkout's schema)"
             return Stop("failed", _failure(FailureClass.FORMAT_MISMATCH, msg, code_changed=True), "propose")
@@ -243,7 +244,7 @@ class Experiment:
             reason = "only the reader's settings change, and the objective is reader-free"
         if reason:
             return Stop("rejected", _failure(FailureClass.NO_EFFECT, f"no effect: {reason}", code_changed=True), "propose")
-        key = effective_key(self.loop.code_tree(self.rec.parent_commit), cfg_key(after))
+        key = effective_key(self.loop.commits.code_tree(self.rec.parent_commit), cfg_key(after))
         return self._repeat(key, "propose")
 
     def _repeat(self, key: str, stage: str) -> Stop | None:
@@ -327,14 +328,14 @@ class Experiment:
         # the commit is what would be evaluated: code edits, and a resent proposal (which skipped the
         # static screen), may still land on an effective config and code that were evaluated already
         resent = any(h.get("action") == "resend_edit" for h in rec.healing)
-        return self._repeat(loop.effective_key_at(rec.commit), "apply") if prop.edits or resent else None
+        return self._repeat(loop.commits.effective_key_at(rec.commit), "apply") if prop.edits or resent else None
 
     def _held_moved(self) -> list[str]:
         """Held keys an applied code edit moved in the preset file; [] when either side does not resolve
         (the evaluation then fails or passes on its own). The preset is read under this checkout's schema,
         so an edit of a default in the run tree's memsys/config.py is not seen: fixed levers bound the
         search, they are not a trust boundary (the scorer's is the sandbox's)."""
-        before, after = self.loop.config_at(self.rec.parent_commit), self.loop.config_at(self.rec.commit)
+        before, after = self.loop.commits.config_at(self.rec.parent_commit), self.loop.commits.config_at(self.rec.commit)
         return self.loop.held.moved(before, after) if before is not None and after is not None else []
 
     def _resend(self, prop: Proposal, error: Exception) -> tuple[Proposal, list[str], Exception | None]:
@@ -378,14 +379,14 @@ class Experiment:
         loop.stage(rec, "decide", "paired test against the best")
         rec.objective_value, rec.metrics = out.objective_value, out.result["metrics"]
         rec.eval_run_id, rec.mlflow_run_id = out.result["run_id"], out.result.get("mlflow_run_id")
-        rec.eval_dir = loop.relative(loop.eval_dir(out))
+        rec.eval_dir = loop.relative(eval_dir(out))
         test = m.probe_test
         if m.stopped_early:  # on the run's scale: the best's value plus what the probe's questions measured
             rec.objective_value = st.best_value + test.mean_delta
             rec.test = test.to_dict()
         else:
             try:
-                test = loop.paired(rec.objective, m.rows, loop.rows(st.best_eval_dir))
+                test = loop.evals.paired(rec.objective, m.rows, rows(st.best_eval_dir))
                 rec.test = test.to_dict()
             except (ConfigError, ValueError) as exc:
                 rec.test = {"error": str(exc)}

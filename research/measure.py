@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, MemsysError
+from research.evaluations import eval_dir, rows
 from research.experiment import Measured, Screen, Stop, compare_inputs, screen_field
 from research.failures import FailureClass, _failure
 from research.healing import edits_without_import, plan_heal
@@ -56,7 +57,7 @@ def measure(exp: "Experiment", prop: Proposal) -> Measured | Stop:
                 out = _evaluate(exp, sample, attempt)
         if out.ok or _no_change_result(out):
             rec.screen = screen.to_dict()
-            return Measured(out, screen, loop.rows(loop.eval_dir(out)), probe=rec.probe)
+            return Measured(out, screen, rows(eval_dir(out)), probe=rec.probe)
         action = _heal(exp, prop, out, attempt, tried)
         if action is None:
             break
@@ -89,7 +90,7 @@ def _screen(exp: "Experiment", sample: str | None, attempt: int) -> tuple[Any, S
     if not out.ok and not _no_change_result(out):
         return out, None
     field = screen_field(loop.setup.eval.eval.reader, loop.setup.eval.objective)
-    s = compare_inputs(loop.rows(loop.state.start_eval_dir), loop.rows(loop.eval_dir(out)), field)
+    s = compare_inputs(rows(loop.state.start_eval_dir), rows(eval_dir(out)), field)
     s.outcome = out
     return out, s
 
@@ -126,7 +127,7 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
 
     loop, rec = exp.loop, exp.rec
     name = probe_applies(loop)
-    best_rows = loop.rows(loop.state.best_eval_dir) if name else []
+    best_rows = rows(loop.state.best_eval_dir) if name else []
     if not name or not best_rows:
         return None, None
     lc = loop.setup.research.loop
@@ -136,16 +137,16 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
     rec.durations["probe_s"] = rec.durations.get("probe_s", 0.0) + time.perf_counter() - t
     if not out.ok and not _no_change_result(out):
         return out, None
-    rows = loop.rows(loop.eval_dir(out))
+    got = rows(eval_dir(out))
     try:
-        test, of = loop.paired(rec.objective, rows, best_rows), len(per_question(rec.objective, best_rows))
+        test, of = loop.evals.paired(rec.objective, got, best_rows), len(per_question(rec.objective, best_rows))
     except (StatsInputError, ConfigError) as exc:
         rec.probe = {"sample": name, "error": str(exc), "stopped": False}
         return out, None
     rec.probe = probe_verdict(test, sample=name, of=of, alpha=lc.probe_alpha)
     if not rec.probe["stopped"]:
         return out, None
-    return out, Measured(out, screen, rows, probe=rec.probe, probe_test=test)
+    return out, Measured(out, screen, got, probe=rec.probe, probe_test=test)
 
 
 def _evaluate(exp: "Experiment", sample: str | None, attempt: int) -> Any:
@@ -216,7 +217,7 @@ def _revert_import(exp: "Experiment", prop: Proposal, f: Any, entry: dict[str, A
 
 
 def _fewer_workers(exp: "Experiment", prop: Proposal, f: Any, entry: dict[str, Any], attempt: int) -> bool:
-    exp.loop.workers_override = 1  # for this experiment only (the loop resets it)
+    exp.loop.evals.workers_override = 1  # for this experiment only (the loop resets it)
     time.sleep(min(5.0 * (attempt + 1), 30.0))
     return True
 

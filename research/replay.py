@@ -74,13 +74,13 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
                                                       "overrides": setup.overrides, "replay_of": run_id})
     loop.ws.init_refs(state.base_commit)
     loop.state = LoopState(rid, state.repo, state.base_commit, state.base_commit)
-    loop.state.sandbox = check_sandbox(loop._sandbox_obj(), allow_weak=setup.research.sandbox.allow_weak)
+    loop.state.sandbox = check_sandbox(loop.evals.sandbox(), allow_weak=setup.research.sandbox.allow_weak)
     loop.state.save(loop.run_dir)
     out_steps: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with ExitStack() as stack:
         if setup.eval.eval.reader == "llm":
-            loop._open_llm(stack)
+            loop.llms.open(stack)
         try:
             for group in rounds(steps):
                 done = _replay_round(loop, group) if len(group) > 1 else [_replay_step(loop, group[0])]

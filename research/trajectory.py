@@ -153,6 +153,24 @@ def repair_trajectory(run_dir: Path) -> list[str]:
     return warnings
 
 
+def resume_journal(run_dir: Path) -> tuple[list[ExperimentRecord], list[str]]:
+    """The records a resumed run folds, after cutting off a killed run's partial last line (the warnings
+    say so); a run killed before its first record has none, which is not an error."""
+    if not (Path(run_dir) / TRAJECTORY_FILE).exists():
+        return [], []
+    warnings = repair_trajectory(run_dir)
+    return read_trajectory(run_dir)[0], warnings
+
+
+def measured_with_key(records: list[ExperimentRecord], key: str) -> ExperimentRecord | None:
+    """An earlier record with this effective key that was measured (or is the baseline): asking for it
+    again would measure the same code and config twice."""
+    for r in records:
+        if r.effective_key == key and r.objective_value is not None and r.decision != "failed":
+            return r
+    return None
+
+
 def iter_accepted(records: list[ExperimentRecord]) -> Iterator[ExperimentRecord]:
     return (r for r in records if r.decision in ("baseline", "proceed"))
 

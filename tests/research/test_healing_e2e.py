@@ -234,7 +234,7 @@ def test_dependency_healed_by_reverting_the_import_edit(run: Run) -> None:
     assert (run.run_dir / rec.eval_dir / "result.json").is_file()
     assert run.script.reader_calls.get(2, 0) > 0
     # the key the loop judges repeats on is the evaluated commit's, not the failed attempt's
-    assert rec.effective_key == run.loop.effective_key_at(rec.commit) != run.records[0].effective_key
+    assert rec.effective_key == run.loop.commits.effective_key_at(rec.commit) != run.records[0].effective_key
 
 
 def test_timeout_smaller_sample_then_give_up_and_the_loop_continues(run: Run) -> None:

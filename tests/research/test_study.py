@@ -99,7 +99,7 @@ def test_a_run_on_an_older_memsys_never_samples_a_lever_its_schema_lacks(repo: P
     git(repo, "commit", "-qam", "an older memsys: no answer.image_ids")
     loop = ResearchLoop(scripted_setup(repo, 2, "research.proposer=optuna", "memory.embedder.backend=hashing"), "older")
     st = loop.run()
-    assert loop.absent_at(loop.state.base_commit) == {"answer.image_ids"}
+    assert loop.commits.absent_at(loop.state.base_commit) == {"answer.image_ids"}
     tried = [r for r in loop.records if r.decision != "baseline"]
     assert len(tried) == 2 and st.evaluated == 2
     assert all(r.decision not in ("failed", "rejected") for r in tried), [r.failure for r in tried]
@@ -122,5 +122,5 @@ def test_tpe_draws_leave_the_fixed_levers_at_the_runs_values(repo: Path, runs: P
     held = ("pyramid.budget_tokens", "retrieval.top_k", "retrieval.dense_k")
     assert not [o for r in tried for o in r.config_overrides if o.split("=")[0].removeprefix("memory.") in held]
     for r in loop.records:
-        cfg = loop.config_at(r.commit)
+        cfg = loop.commits.config_at(r.commit)
         assert (cfg.pyramid.budget_tokens, cfg.retrieval.top_k, cfg.retrieval.dense_k) == (1000, 5, 5)
