@@ -53,8 +53,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from benchmarks.config import load_eval_setup
     from benchmarks.tracking import ui_command
-    from research.evaluate import evaluate_config
     from research.failures import format_error_line
+    from research.fixed_eval import evaluate_config
     from research.sweep import expand_sweep
 
     if len(expand_sweep(args.overrides)) > 1 or _executor_of(args.overrides) != "local":

@@ -43,6 +43,7 @@ from harness.views import (
     PredictRequest,
     read_answers,
 )
+from research.answer_progress import answer_progress
 from research.caches import MergeReport, SharedCache, code_namespace
 from research.errors import ExecutorError
 from research.executor import Executor, LocalExecutor
@@ -57,7 +58,6 @@ RESULT_SCHEMA = "memsys-eval-result/1"
 #: what the sandbox sees of the evaluated tree
 SANDBOX_CODE_DIRS = ("memsys", "harness", "configs")
 #: base_url the sandboxed reader uses; the host part is ignored over the socket
-GATEWAY_BASE_URL = "http://gateway/v1"
 
 
 class Gateway(Protocol):
@@ -387,38 +387,7 @@ def read_result(path: Path) -> tuple[str, dict[str, Any] | None]:
     return "ok", data
 
 
-# ---------------------------------------------------------------------- fixed-config evaluation
-def reader_config_for_sandbox(cfg: Any) -> dict[str, Any]:
-    """The reader's LLMConfig as the sandbox sees it: the gateway, no key, no cache of its own."""
-    from dataclasses import asdict
-
-    d = asdict(cfg)
-    d.update(backend="openai", base_url=GATEWAY_BASE_URL, cache=False, api_key_env="MEMSYS_GATEWAY_NO_KEY")
-    return d
-
-
-def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> Any:
-    """A host-side gateway to the reader's endpoint (the key stays in this process)."""
-    from research.gateway import LLMGateway
-
-    key = None if cfg.backend == "local" else os.environ.get(cfg.api_key_env) or None
-    cache = getattr(llm, "cache", None)
-    if cache is None and cfg.cache:  # the reader's replies are cached as the run's config says
-        from memsys.llm.cache import ResponseCache
-
-        cache = ResponseCache()
-    embedded = None
-    if cfg.backend == "local":  # a Ray node may serve it itself (research.node_llm)
-        from research.node_llm import EmbeddedModel
-
-        embedded = EmbeddedModel.of(cfg)
-    return LLMGateway(str(llm.base_url), socket_path=socket_dir / "llm.sock", api_key=key, model=cfg.model,
-                      budget=budget, price_input_per_1m=cfg.price_input_per_1m,
-                      price_output_per_1m=cfg.price_output_per_1m, cache=cache,
-                      cache_tag=getattr(llm, "cache_tag", None),
-                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded)
-
-
+# ---------------------------------------------------------------------- time limits
 #: `memsys eval`'s sandbox limit without a reader, and what each question adds with one
 EVAL_TIMEOUT_BASE_S = 1800.0
 EVAL_TIMEOUT_PER_QUESTION_S = 90.0
@@ -435,128 +404,3 @@ def scaled_timeout(setup: EvalSetup) -> float:
     """``eval_wall_timeout`` for the questions ``setup`` selects (the loop's evaluations, unless
     research.sandbox.wall_timeout_s fixes it)."""
     return eval_wall_timeout(setup.eval, sum(len(c.questions) for c in selection(setup).conversations))
-
-
-def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:
-    """(preset, memory.* overrides) as the user gave them; the sandbox composes them itself."""
-    preset = setup.memory.name
-    mem: list[str] = []
-    for o in overrides:
-        key = o.lstrip("+~").split("=", 1)[0]
-        if key == "memory":
-            preset = o.split("=", 1)[1]
-        elif key.startswith("memory."):
-            mem.append(o)
-    return preset, mem
-
-
-def short_socket_dir() -> Path:
-    """A private folder for the gateway's socket (Unix socket paths are limited to 107 bytes)."""
-    import tempfile
-
-    return Path(tempfile.mkdtemp(prefix="memsys-gw-"))
-
-
-def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_root: Path | None = None,
-                    progress: bool = True) -> EvalOutcome:
-    """``memsys eval``: the same two halves as the loop, on this checkout's code."""
-    from contextlib import ExitStack
-
-    from benchmarks.runner import new_run_id
-    from harness.paths import REPO_ROOT, cache_dir, runs_dir
-
-    ev = setup.eval
-    ev.run_id = ev.run_id or new_run_id(setup)
-    preset, mem_overrides = memory_choice(overrides, setup)
-    bench = selection(setup)
-    sandbox = None
-    if ev.sandbox != "inprocess":
-        from sandbox import make_sandbox
-
-        sandbox = make_sandbox(ev.sandbox)
-    n_questions = sum(len(c.questions) for c in bench.conversations)
-    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / ev.run_id / "untrusted",
-                  memory_overrides=mem_overrides, wall_timeout_s=eval_wall_timeout(ev, n_questions))
-    with ExitStack() as stack:
-        llm = gateway = None
-        if ev.reader == "llm":
-            from memsys.llm.client import open_llm
-
-            llm = stack.enter_context(open_llm(setup.llm))
-            if sandbox is not None:
-                sock = short_socket_dir()
-                stack.callback(shutil.rmtree, sock, True)
-                gateway = stack.enter_context(open_gateway(setup.llm, llm, sock))
-                job.reader_llm = reader_config_for_sandbox(setup.llm)
-        # anything but dev (test, all) shares only with other held-out evaluations
-        shared = SharedCache.for_split(cache_dir(), ev.split) if sandbox is not None else None
-        if progress:
-            total = sum(len(c.questions) for c in bench.conversations)
-            stack.enter_context(answer_progress(job.work_dir / "out" / ANSWERS_FILE, total))
-        return evaluate(job, sandbox, gateway=gateway, shared=shared, llm=llm, bench=bench)
-
-
-class answer_progress:
-    """Progress fed by the growth of the sandbox's answers file (the only channel we read): a tqdm
-    bar, or ``on_update(done, total)`` calls (the loop turns them into stage progress events)."""
-
-    def __init__(self, path: Path, total: int, on_update: Any = None):
-        self.path, self.total, self.on_update = path, total, on_update
-        self._stop = None
-        self._bar = None
-
-    def _update(self, seen: int, n: int) -> None:
-        if self._bar is not None:
-            self._bar.update(n - seen)
-        else:
-            self.on_update(n, self.total)
-
-    def __enter__(self) -> "answer_progress":
-        import threading
-
-        total = self.total
-        if self.on_update is None:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total, unit="q", desc="eval")
-        self._stop = threading.Event()
-        self._seen = 0
-
-        def poll() -> None:
-            while not self._stop.wait(0.5):
-                try:
-                    with open(self.path, "rb") as fh:
-                        n = min(fh.read().count(b"\n"), total)
-                except OSError:
-                    continue
-                if n > self._seen:
-                    self._update(self._seen, n)
-                    self._seen = n
-
-        self._thread = threading.Thread(target=poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2)
-        if exc[0] is None and self._seen < self.total:
-            self._update(self._seen, self.total)
-        if self._bar is not None:
-            self._bar.close()
-
-
-def run_in_process(setup: EvalSetup, overrides: Sequence[str] = (), *, llm: Any = None,
-                   code_root: Path | None = None) -> EvalResult:
-    """Both halves in this process (tests, benches): the same code and scoring, no isolation.
-    Typed errors propagate; returns the scored result."""
-    from benchmarks.runner import new_run_id
-    from harness.paths import REPO_ROOT, runs_dir
-
-    setup.eval.run_id = setup.eval.run_id or new_run_id(setup)
-    preset, mem_overrides = memory_choice(overrides, setup)
-    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / setup.eval.run_id / "untrusted",
-                  memory_overrides=mem_overrides)
-    out = evaluate(job, None, llm=llm, raise_errors=True)
-    assert out.eval_result is not None
-    return out.eval_result

@@ -20,7 +20,8 @@ from typing import Any, Callable
 from harness.paths import cache_dir
 from research.caches import SharedCache
 from research.config import RunSetup
-from research.evaluate import EvalJob, EvalOutcome, evaluate, reader_config_for_sandbox, scaled_timeout
+from research.evaluate import EvalJob, EvalOutcome, evaluate, scaled_timeout
+from research.reader_link import reader_config_for_sandbox
 from research.rundir import RunDir
 from research.workspace import Workspace, Worktree
 

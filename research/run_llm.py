@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 
 from harness.errors import MemsysError
 from research.config import RunSetup
-from research.evaluate import open_gateway, short_socket_dir
+from research.reader_link import open_gateway, short_socket_dir
 
 
 class RunLLM:

@@ -154,8 +154,9 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
     from harness.paths import REPO_ROOT, cache_dir, runs_dir
     from research.caches import SharedCache
     from research.config import ExecutionConfig
-    from research.evaluate import EvalJob, begin_sandboxed, end_sandboxed, evaluate, memory_choice
+    from research.evaluate import EvalJob, begin_sandboxed, end_sandboxed, evaluate
     from research.executor import make_executor
+    from research.fixed_eval import memory_choice
     from sandbox import make_sandbox
 
     execution = _execution(setups[0], ExecutionConfig)
@@ -199,7 +200,7 @@ def _gateway(stack: ExitStack, setup: Any, opened: dict[str, tuple[Any, dict[str
     if setup.eval.reader != "llm":
         return None, {}
     from memsys.llm.client import open_llm
-    from research.evaluate import open_gateway, reader_config_for_sandbox, short_socket_dir
+    from research.reader_link import open_gateway, reader_config_for_sandbox, short_socket_dir
 
     key = json.dumps(asdict(setup.llm), sort_keys=True, default=str)
     if key not in opened:

@@ -186,7 +186,7 @@ def identify(run_id: str, config: dict[str, Any], records: Sequence[ExperimentRe
 def read_run(run_dir: Path) -> RunStats:
     """A run folder read back: trajectory, state.json, config.json and confirmation.json (what is missing
     becomes a warning)."""
-    from research.report import load_run
+    from research.report_data import load_run
     from research.rundir import RunDir
 
     run_dir = Path(run_dir)
@@ -211,7 +211,7 @@ def best_scores(run_dir: Path) -> dict[str, float]:
     """Per-question scores of a run's best config on its own dev evaluation: the last accepted experiment
     (where the best ref points), else the baseline. ValueError when its scored rows are gone."""
     from research.diagnosis import read_rows
-    from research.report import load_run
+    from research.report_data import load_run
     from research.stats import per_question
 
     run = load_run(Path(run_dir))

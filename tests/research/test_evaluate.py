@@ -16,7 +16,7 @@ from benchmarks.runner import PREDICTIONS, RunFolderError
 from harness.errors import ConfigError, LLMAuthError, LLMServerError
 from harness.views import ANSWERS_FILE
 from memsys.llm.client import LLMClient
-from research.evaluate import run_in_process
+from research.fixed_eval import run_in_process
 from tests.support.openai_server import OpenAITestServer, Reply
 
 BASE = ["benchmark=locomo", "split=dev", "sample=tiny", "memory=naive", "mlflow=false", "workers=2"]

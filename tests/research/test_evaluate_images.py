@@ -15,7 +15,7 @@ from PIL import Image
 from benchmarks.config import load_eval_setup
 from harness.paths import data_dir
 from memsys.llm.client import LLMClient
-from research.evaluate import run_in_process
+from research.fixed_eval import run_in_process
 from tests.support.openai_server import OpenAITestServer, Reply
 
 TOPIC = "AI_Robotics_Automation_Future_Tech"

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks.config import load_eval_setup
 from research.caches import SharedCache
-from research.evaluate import evaluate_config, run_in_process
+from research.fixed_eval import evaluate_config, run_in_process
 from research.loop import ResearchLoop
 from sandbox.bwrap import BwrapSandbox
 from tests.support.loop import IMPROVE, scripted_opener, scripted_setup

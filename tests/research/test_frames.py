@@ -110,7 +110,7 @@ def test_report_csv_flag_writes_the_tables(tmp_path, records):
 
 def test_node_frame_and_the_report_table(tmp_path, records):
     from research.frames import node_frame
-    from research.report import nodes_html
+    from research.report_html import nodes_html
 
     df = node_frame(records)
     assert df.to_dict("records") == [{"node": "n1", "experiments": 1, "eval_s": 9.0, "mean_eval_s": 9.0, "total_s": 11.0}]

@@ -267,7 +267,7 @@ def test_the_sandboxed_reader_gets_json_from_the_embedded_server_through_the_gat
     """The real llama.cpp server rejects the OpenAI json_schema form with HTTP 500; through the
     gateway that evaluations open for llm=local, the reader's structured call succeeds."""
     from memsys.llm import open_llm
-    from research.evaluate import open_gateway
+    from research.reader_link import open_gateway
 
     monkeypatch.setenv("MEMSYS_MODELS_DIR", str(REPO / "runs" / "cache" / "models"))
     cfg = LLMConfig(backend="local", max_tokens=32, timeout_s=120)
