@@ -3,7 +3,7 @@
 The run folder ``runs/<run_id>/`` holds ``run.json`` and ``config.json`` (resolved),
 ``predictions.jsonl`` (one scored row per question: the answer, gold, scores and the
 ids the scorer counted), ``metrics.json`` and ``table.txt``. Answers are produced by
-``memsys.predict`` (the untrusted half) from a public view; see ``research.evaluate``
+``memsys.predict`` (the untrusted half) from a public view; see ``research.two_half_eval``
 for how the two halves are run.
 """
 

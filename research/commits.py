@@ -46,7 +46,7 @@ class CommitView:
         resumed after an upgrade, ``research.repo`` on an older tree, an edit that removed a field).
         Read from that tree's config source, never imported (research/target_schema.py)."""
         if commit not in self._absent:
-            from research.levers import absent_levers
+            from research.lever_scope import absent_levers
             from research.target_schema import CONFIG_SOURCE, schema_paths
 
             try:

@@ -64,7 +64,7 @@ class LoopConfig:
 @dataclass
 class SandboxConfig:
     backend: str = "auto"  # auto picks the strongest backend that works here
-    # None: as `memsys eval` scales it (research.evaluate.eval_wall_timeout: 1800 s, plus 90 s a question
+    # None: as `memsys eval` scales it (research.two_half_eval.eval_wall_timeout: 1800 s, plus 90 s a question
     # with the reader); a fixed 1800 s killed a 152-question reader baseline on a busy 2-core machine
     wall_timeout_s: float | None = None
     memory_gb: float = 8.0
@@ -172,7 +172,7 @@ class ResearchConfig:
     parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
     study: StudyConfig = field(default_factory=StudyConfig)
     # levers (ids, or memory keys such as pyramid.budget_tokens) the run keeps at its own values: never
-    # offered, sampled or accepted (research.levers.held_levers)
+    # offered, sampled or accepted (research.lever_scope.held_levers)
     fixed_levers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -214,7 +214,7 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
-    from research.levers import held_levers
+    from research.lever_scope import held_levers
 
     held_levers(rc.fixed_levers)  # an unknown entry is named here, not after the baseline
     probe = rc.loop.probe_sample

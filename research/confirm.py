@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from research.diagnosis import read_rows
-from research.evaluate import EvalOutcome
 from research.evaluations import eval_dir
+from research.two_half_eval import EvalOutcome
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from typing import Any, Callable
 from harness.paths import cache_dir
 from research.caches import SharedCache
 from research.config import RunSetup
-from research.evaluate import EvalJob, EvalOutcome, evaluate, scaled_timeout
 from research.reader_link import reader_config_for_sandbox
 from research.rundir import RunDir
+from research.two_half_eval import EvalJob, EvalOutcome, evaluate, scaled_timeout
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
@@ -34,13 +34,6 @@ def eval_dir(out: EvalOutcome) -> Path | None:
         return Path(out.eval_result.run_dir)
     run_dir = (out.result or {}).get("run_dir")  # a measurement read back from a round file on resume
     return Path(run_dir) if run_dir else None
-
-
-def rows(folder: str | Path | None) -> list[dict[str, Any]]:
-    """The scored rows of an evaluation folder (empty when there is none)."""
-    from research.diagnosis import read_rows
-
-    return read_rows(folder)
 
 
 def stage_of(tag: str) -> str:

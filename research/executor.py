@@ -2,7 +2,7 @@
 
 An executor runs the untrusted half of evaluations (research.worker: a sandbox and the answers it
 wrote) and nothing else. Proposing, screening, deciding, recording and scoring stay in the driver's
-process (research.evaluate scores what comes back).
+process (research.two_half_eval scores what comes back).
 
 - ``local`` runs each task in the calling thread: today's behaviour, the default. It checks and
   ships nothing and starts no relay.

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, MemsysError
 from research import decide as D
+from research.diagnosis import read_rows
 from research.errors import ForbiddenEditError, ProposalFormatError
-from research.evaluations import eval_dir, rows
+from research.evaluations import eval_dir
 from research.failures import PRE_EVALUATION_REJECTIONS, Failure, FailureClass, _failure, classify_exception
 from research.proposers.base import Proposal, Proposer, ResearchContext
 from research.trajectory import ExperimentRecord
@@ -386,7 +387,7 @@ class Experiment:
             rec.test = test.to_dict()
         else:
             try:
-                test = loop.evals.paired(rec.objective, m.rows, rows(st.best_eval_dir))
+                test = loop.evals.paired(rec.objective, m.rows, read_rows(st.best_eval_dir))
                 rec.test = test.to_dict()
             except (ConfigError, ValueError) as exc:
                 rec.test = {"error": str(exc)}

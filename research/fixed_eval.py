@@ -1,5 +1,5 @@
 """Fixed-config evaluation (``memsys eval``, the third job): one config of this checkout, scored through
-the same two halves as the loop's evaluations (research.evaluate), so a config scores the same in and out
+the same two halves as the loop's evaluations (research.two_half_eval), so a config scores the same in and out
 of the loop.
 
 Why its own module: this is the entry a user runs by hand. It opens its own reader endpoint and gateway,
@@ -19,8 +19,8 @@ from benchmarks.runner import EvalResult, selection
 from harness.views import ANSWERS_FILE
 from research.answer_progress import answer_progress
 from research.caches import SharedCache
-from research.evaluate import EvalJob, EvalOutcome, eval_wall_timeout, evaluate
 from research.reader_link import open_gateway, reader_config_for_sandbox, short_socket_dir
+from research.two_half_eval import EvalJob, EvalOutcome, eval_wall_timeout, evaluate
 
 
 def memory_choice(overrides: Sequence[str], setup: EvalSetup) -> tuple[str, list[str]]:

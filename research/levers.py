@@ -8,9 +8,11 @@ value can change what the reader is given), and macro levers for knobs that only
   ``DEAD`` and coupled fields by the value that acts, so configs that differ only in dead fields share an
   ``effective_key`` (the loop judges repeats on it);
 - ``live_levers`` / ``render_levers``: what a researcher can usefully change, one prompt line each;
-- ``menu_schema`` / ``parse_menu``: a small model's schema-constrained reply, turned into overrides;
-- ``static_noop``: why a set of overrides changes nothing, before anything is evaluated;
-- ``optuna_distribution`` / ``params_of``: the same levers for a shared Optuna study.
+- ``static_noop``: why a set of overrides changes nothing, before anything is evaluated.
+
+Built on it: research/lever_menu.py (a small model's schema-constrained reply, turned into overrides),
+research/lever_scope.py (the levers a run holds fixed or its memsys lacks) and research/study.py (the
+same levers for a shared Optuna study).
 
 tests/research/test_levers.py checks the rules against the real pipeline: for every preset and lever
 value it renders the reader input of LoCoMo questions and compares.
@@ -19,7 +21,6 @@ value it renders the reader input of LoCoMo questions and compares.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
@@ -45,8 +46,6 @@ from research.effective import (  # noqa: F401 - effective_view/effective_key/DE
     with_values,
 )
 from research.errors import ProposalFormatError
-
-FAILURE_TARGETS = ("retrieval_miss", "reader_miss", "abstention", "other")
 
 Rule = Callable[[MemoryConfig], bool]
 _MISSING = object()
@@ -314,67 +313,6 @@ def live_levers(cfg: MemoryConfig, *, reader_free: bool = False, absent: Collect
             if lv.id not in absent and lv.live_if(cfg) and not (reader_free and reader_only(lv))]
 
 
-@dataclass(frozen=True)
-class Held:
-    """What ``research.fixed_levers`` keeps at the run's own values: the memory keys, and every lever that
-    writes one of them (never offered, sampled or accepted, so a reader run can keep, say, its context
-    budget, and the search stays in the part of the space the user asked about)."""
-
-    keys: frozenset[str] = frozenset()
-    lever_ids: frozenset[str] = frozenset()
-
-    def moved(self, before: MemoryConfig, after: MemoryConfig) -> list[str]:
-        """``key before -> after`` for each held key whose value differs (an override or a code edit)."""
-        return [f"{k} {get_path(before, k)!r} -> {get_path(after, k)!r}" for k in sorted(self.keys)
-                if get_path(before, k) != get_path(after, k)]
-
-
-def held_levers(entries: Sequence[str]) -> Held:
-    """``research.fixed_levers`` read: each entry is a lever id (a macro holds every key it writes) or a
-    memory key path (``pyramid.budget_tokens``; ``memory.`` allowed). ConfigError names an entry that is
-    neither, with the levers it could have meant."""
-    from memsys.config import to_container
-
-    by_id = {lv.id: lv for lv in _catalogue()}
-    known = flat_paths(to_container(MemoryConfig()))
-    keys: set[str] = set()
-    for entry in entries:
-        name = str(entry).strip().removeprefix("memory.")
-        if name in by_id:
-            keys |= set(by_id[name].sets)
-        elif name in known:
-            keys.add(name)
-        else:
-            near = difflib.get_close_matches(name, sorted(set(by_id) | known), n=3, cutoff=0.75)
-            raise ConfigError(f"research.fixed_levers: {entry!r} is neither a lever nor a memory key"
-                              + (f" (did you mean {', '.join(near)}?)" if near else " (e.g. pyramid.budget_tokens)"))
-    # a key is held with everything under it (``answer`` holds answer.prompt ...)
-    ids = frozenset(lv.id for lv in by_id.values() if any(s == k or s.startswith(k + ".") for s in lv.sets for k in keys))
-    return Held(frozenset(keys), ids)
-
-
-def flat_paths(tree: Mapping[str, Any], prefix: str = "") -> set[str]:
-    """Every dotted key path of a nested mapping, inner nodes included (``answer``, ``answer.prompt``)."""
-    out: set[str] = set()
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        out.add(path)
-        if isinstance(value, Mapping):
-            out |= flat_paths(value, path + ".")
-    return out
-
-
-def absent_levers(known_paths: Collection[str]) -> list[str]:
-    """Ids of the levers that set a key the evaluated memsys lacks.
-
-    The catalogue is this checkout's schema; the run evaluates its repo's memsys/, which can be older (a
-    run resumed after the harness was upgraded, or ``research.repo`` on an older tree) or edited. A lever
-    it lacks fails every evaluation at config composition, so it must not be offered nor sampled.
-    ``known_paths``: the keys of the memory config the run's own code resolved (``flat_paths``)."""
-    known = set(known_paths)
-    return [lv.id for lv in _catalogue() if any(p not in known for p in lv.sets)]
-
-
 def _probes(lever: Lever) -> list[Any]:
     return lever.grid() if lever.kind != "float" else [lever.low, lever.high]
 
@@ -512,96 +450,3 @@ def static_noop(cfg: MemoryConfig, overrides: Sequence[str]) -> str | None:
         else:
             reasons.append(f"{key}={raw} is dead here (live when {lever.live_when})")
     return "no effective change: " + "; ".join(reasons)
-
-
-# ---------------------------------------------------------------- schema-constrained menu
-#: most integers a menu lists for one lever; a wider span is offered on a round step
-MENU_INTS = 64
-_ROUND_STEPS = (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000)
-
-
-def int_menu(lo: int, hi: int, most: int = MENU_INTS) -> list[int]:
-    """The integers a menu offers for the span [lo, hi]: every one, or a round step from ``lo`` (with
-    ``hi`` itself) when there are more than ``most``."""
-    if hi < lo:
-        return []
-    step = next((s for s in _ROUND_STEPS if (hi - lo) // s + 1 <= most), _ROUND_STEPS[-1])
-    values = list(range(lo, hi + 1, step))
-    return values if values[-1] == hi else [*values, hi]
-
-
-def _value_schema(lever: Lever, cfg: MemoryConfig) -> dict[str, Any]:
-    """An int's bounds are also spelled out as an ``enum``: llama.cpp's json-schema-to-grammar (0.3.x)
-    ignores ``minimum``/``maximum``, so the embedded model could answer ``dense_k=70`` to a [2..60] menu
-    and lose the step to a format failure; an enum is a grammar it cannot leave."""
-    if lever.kind == "int":
-        lo, hi = lever.span(cfg)
-        return {"type": "integer", "minimum": lo, "maximum": hi, "enum": int_menu(int(lo), int(hi))}
-    return {"enum": lever.options(cfg)}  # bool, choice, float grid: the values that act
-
-
-def menu_schema(cfg: MemoryConfig, max_changes: int = 2, *, reader_free: bool = False,
-                withheld: Collection[str] = (), absent: Collection[str] = ()) -> dict[str, Any]:
-    """JSON schema of a menu reply: 1..max_changes changes, each a live lever with a value that can act.
-    Uses only what llama.cpp's json-schema-to-grammar supports (anyOf, const, enum, integer bounds).
-
-    ``withheld`` levers are not in it (see ``offered_levers``): a 1.5B model told in words that a change
-    did nothing proposes it again, step after step; a grammar that cannot express it ends that."""
-    items = [{"type": "object",
-              "properties": {"lever": {"const": lv.id}, "value": _value_schema(lv, cfg)},
-              "required": ["lever", "value"], "additionalProperties": False}
-             for lv in offered_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent)]
-    if not items:
-        raise ProposalFormatError("no live lever in this config")
-    return {"type": "object",
-            "properties": {"hypothesis": {"type": "string"},
-                           "targets": {"type": "string", "enum": list(FAILURE_TARGETS)},
-                           "why": {"type": "string"},
-                           "changes": {"type": "array", "items": {"anyOf": items}, "minItems": 1, "maxItems": max_changes}},
-            "required": ["hypothesis", "targets", "why", "changes"], "additionalProperties": False}
-
-
-def parse_menu(data: Any, cfg: MemoryConfig) -> list[str]:
-    """Overrides of a menu reply; ProposalFormatError for an unknown or dead lever, a bad value, or two
-    changes writing different values to the same key."""
-    changes = data.get("changes") if isinstance(data, dict) else None
-    if not isinstance(changes, list) or not changes:
-        raise ProposalFormatError("menu reply has no changes")
-    written: dict[str, Any] = {}
-    out: list[str] = []
-    for ch in changes:
-        lever = lever_by_id(ch.get("lever")) if isinstance(ch, dict) and isinstance(ch.get("lever"), str) else None
-        if lever is None:
-            raise ProposalFormatError(f"unknown lever in {ch!r}")
-        if not lever.live_if(cfg):
-            raise ProposalFormatError(f"lever {lever.id} is dead in this config (live when {lever.live_when})")
-        value = lever.validate(ch.get("value"))
-        for path, v in lever.values(value).items():
-            if path in written and written[path] != v:
-                raise ProposalFormatError(f"two changes set {path} ({format_value(written[path])} and {format_value(v)})")
-            written[path] = v
-        out += [o for o in lever.overrides(value) if o not in out]
-    return out
-
-
-# ---------------------------------------------------------------- Optuna
-def optuna_distribution(lever: Lever) -> Any:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if lever.kind == "bool":
-        return CategoricalDistribution((True, False))
-    if lever.kind == "choice":
-        return CategoricalDistribution(tuple(lever.choices))
-    if lever.kind == "int":
-        return IntDistribution(int(lever.low), int(lever.high))
-    return FloatDistribution(float(lever.low), float(lever.high))
-
-
-def params_of(cfg: MemoryConfig, levers: Sequence[Lever]) -> dict[str, Any]:
-    """Current value of each lever (macros not in their shape left out), for ``study.add_trial``."""
-    out = {}
-    for lv in levers:
-        value = lv.current(cfg)
-        if value is not None:
-            out[lv.id] = value
-    return out

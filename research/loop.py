@@ -32,7 +32,6 @@ from research.commits import CommitView, start_commit
 from research.config import RunSetup, resume_overrides, run_setup_from_dict, user_memory_overrides
 from research.edits import apply_config_overrides, apply_edits
 from research.errors import EditApplyError, ForbiddenEditError, ProposalFormatError, RunStateError
-from research.evaluate import EvalOutcome
 from research.evaluations import Evaluations
 from research.experiment import Experiment
 from research.failures import FailureClass, _failure, one_line
@@ -46,6 +45,7 @@ from research.state import LoopState
 from research.stop import round_size, stop_reason
 from research.tracking import finish_parent_run, log_experiment, start_parent_run
 from research.trajectory import ExperimentRecord, append_record, measured_with_key, resume_journal
+from research.two_half_eval import EvalOutcome
 from research.workspace import Workspace, Worktree
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class ResearchLoop:
     def __init__(self, setup: RunSetup, run_id: str, *, resume: bool = False,
                  llm_opener: Callable[..., Any] | None = None, sandbox: Any = None,
                  on_event: Callable[[str, dict[str, Any]], None] | None = None):
-        from research.levers import held_levers
+        from research.lever_scope import held_levers
 
         self.setup, self.run_id = setup, run_id
         self.held = held_levers(setup.research.fixed_levers)  # research.fixed_levers

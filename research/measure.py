@@ -20,7 +20,8 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, MemsysError
-from research.evaluations import eval_dir, rows
+from research.diagnosis import read_rows
+from research.evaluations import eval_dir
 from research.experiment import Measured, Screen, Stop, compare_inputs, screen_field
 from research.failures import FailureClass, _failure
 from research.healing import edits_without_import, plan_heal
@@ -57,7 +58,7 @@ def measure(exp: "Experiment", prop: Proposal) -> Measured | Stop:
                 out = _evaluate(exp, sample, attempt)
         if out.ok or _no_change_result(out):
             rec.screen = screen.to_dict()
-            return Measured(out, screen, rows(eval_dir(out)), probe=rec.probe)
+            return Measured(out, screen, read_rows(eval_dir(out)), probe=rec.probe)
         action = _heal(exp, prop, out, attempt, tried)
         if action is None:
             break
@@ -90,7 +91,7 @@ def _screen(exp: "Experiment", sample: str | None, attempt: int) -> tuple[Any, S
     if not out.ok and not _no_change_result(out):
         return out, None
     field = screen_field(loop.setup.eval.eval.reader, loop.setup.eval.objective)
-    s = compare_inputs(rows(loop.state.start_eval_dir), rows(eval_dir(out)), field)
+    s = compare_inputs(read_rows(loop.state.start_eval_dir), read_rows(eval_dir(out)), field)
     s.outcome = out
     return out, s
 
@@ -127,7 +128,7 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
 
     loop, rec = exp.loop, exp.rec
     name = probe_applies(loop)
-    best_rows = rows(loop.state.best_eval_dir) if name else []
+    best_rows = read_rows(loop.state.best_eval_dir) if name else []
     if not name or not best_rows:
         return None, None
     lc = loop.setup.research.loop
@@ -137,7 +138,7 @@ def _probe(exp: "Experiment", screen: Screen) -> tuple[Any, Measured | None]:
     rec.durations["probe_s"] = rec.durations.get("probe_s", 0.0) + time.perf_counter() - t
     if not out.ok and not _no_change_result(out):
         return out, None
-    got = rows(eval_dir(out))
+    got = read_rows(eval_dir(out))
     try:
         test, of = loop.evals.paired(rec.objective, got, best_rows), len(per_question(rec.objective, best_rows))
     except (StatsInputError, ConfigError) as exc:

@@ -58,7 +58,7 @@ _ENV_PROBE = ("import importlib.metadata as m, json, platform, sys\n"
 
 @dataclass(frozen=True)
 class TaskRoots:
-    """What the paths of an evaluation's sandbox spec are (set by research.evaluate.begin_sandboxed)."""
+    """What the paths of an evaluation's sandbox spec are (set by research.two_half_eval.begin_sandboxed)."""
 
     tree: Path  # the evaluated tree; the sandbox mounts its code_dirs
     code_dirs: tuple[str, ...]

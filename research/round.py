@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from harness.atomic import atomic_write_json
 from research import decide as D
-from research.evaluate import EvalOutcome, read_result
-from research.evaluations import rows
+from research.diagnosis import read_rows
 from research.experiment import Experiment, Measured, Screen, Stop
 from research.stats import PairedTest
+from research.two_half_eval import EvalOutcome, read_result
 
 if TYPE_CHECKING:
     from research.loop import ResearchLoop
@@ -155,7 +155,7 @@ class Round:
         screen = Screen(int(s.get("questions", 0)), int(s.get("changed", 0)), bool(s.get("comparable", False)))
         rec.probe = entry.get("probe") or {}
         test = PairedTest(**entry["probe_test"]) if entry.get("probe_test") else None
-        return Measured(EvalOutcome(True, result, None, None, "ok"), screen, rows(result["run_dir"]),
+        return Measured(EvalOutcome(True, result, None, None, "ok"), screen, read_rows(result["run_dir"]),
                         probe=rec.probe, probe_test=test)
 
     def _decide(self) -> None:

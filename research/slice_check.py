@@ -12,7 +12,8 @@ import time
 from typing import Any
 
 from research import decide as D
-from research.evaluations import eval_dir, rows
+from research.diagnosis import read_rows
+from research.evaluations import eval_dir
 
 
 def check_on_complement(loop: Any, exp: Any, d: D.Decision) -> D.Decision:
@@ -33,7 +34,7 @@ def check_on_complement(loop: Any, exp: Any, d: D.Decision) -> D.Decision:
         rec.check = {"passed": False, "reason": "the check evaluation failed"}
         return dataclasses.replace(d, kind="iterate", reason=f"iterate: {d.reason}, but the check on the disjoint "
                                    "dev slice failed to run")
-    test = loop.evals.paired(rec.objective, rows(eval_dir(cand)), best_rows)
+    test = loop.evals.paired(rec.objective, read_rows(eval_dir(cand)), best_rows)
     held = test.mean_delta >= 0 and test.p_worse >= lc.alpha
     rec.check = test.to_dict() | {"passed": held, "value": cand.objective_value,
                                   "eval_dir": loop.relative(eval_dir(cand))}
@@ -51,4 +52,4 @@ def _best_rows(loop: Any) -> list[dict[str, Any]] | None:
         out = loop.run_eval(wt, "check-best", None, f"-{best[:10]}", complement=True, code_changed=False)
     finally:
         loop.ws.discard(wt)
-    return rows(eval_dir(out)) if out.ok else None
+    return read_rows(eval_dir(out)) if out.ok else None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Collection, Sequence
 
 from memsys.config import MemoryConfig
-from research.levers import Lever, catalogue, optuna_distribution, params_of
+from research.levers import Lever, catalogue
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +153,25 @@ class SharedStudy:
 
 def overrides_of(values: dict[str, Any]) -> list[str]:
     return [f"{k}={format_value(v)}" for k, v in values.items()]
+
+
+def optuna_distribution(lever: Lever) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if lever.kind == "bool":
+        return CategoricalDistribution((True, False))
+    if lever.kind == "choice":
+        return CategoricalDistribution(tuple(lever.choices))
+    if lever.kind == "int":
+        return IntDistribution(int(lever.low), int(lever.high))
+    return FloatDistribution(float(lever.low), float(lever.high))
+
+
+def params_of(cfg: MemoryConfig, levers: Sequence[Lever]) -> dict[str, Any]:
+    """Current value of each lever (macros not in their shape left out), for ``study.add_trial``."""
+    out = {}
+    for lv in levers:
+        value = lv.current(cfg)
+        if value is not None:
+            out[lv.id] = value
+    return out

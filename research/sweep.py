@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from harness.errors import ConfigError
-from research.evaluate import EvalOutcome, eval_wall_timeout
+from research.two_half_eval import EvalOutcome, eval_wall_timeout
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,9 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
     from harness.paths import REPO_ROOT, cache_dir, runs_dir
     from research.caches import SharedCache
     from research.config import ExecutionConfig
-    from research.evaluate import EvalJob, begin_sandboxed, end_sandboxed, evaluate
     from research.executor import make_executor
     from research.fixed_eval import memory_choice
+    from research.two_half_eval import EvalJob, begin_sandboxed, end_sandboxed, evaluate
     from sandbox import make_sandbox
 
     execution = _execution(setups[0], ExecutionConfig)

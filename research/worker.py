@@ -3,7 +3,7 @@
 A worker (this process for ``executor=local``, a Ray worker for ``executor=ray``) starts the sandbox
 the driver specified and hands back what the sandbox wrote: the answers file's bytes and the
 sandbox's exit record. It never sees gold and never scores: the driver reads and scores the
-answers it gets back (research.evaluate). This module imports only the generic sandbox package and
+answers it gets back (research.two_half_eval). This module imports only the generic sandbox package and
 the worker's own helpers (research.node, research.relay: standard library and Ray), so a worker
 process never loads the scorer (an import-linter contract keeps it that way).
 

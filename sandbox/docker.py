@@ -35,6 +35,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -73,6 +74,8 @@ INFO_TIMEOUT_S = 10.0
 IMPORT_TIMEOUT_S = 120.0
 CREATE_TIMEOUT_S = 60.0
 KILL_TIMEOUT_S = 15.0
+#: how long a SIGKILL-ed container's state is read again for docker's OOM flag (see ``_state_after_exit``)
+OOM_EVENT_GRACE_S = 2.0
 PROBE_RUN_TIMEOUT_S = 30.0
 #: how long a negative availability answer is cached (a daemon may come up later)
 NEGATIVE_PROBE_TTL_S = 30.0
@@ -497,7 +500,7 @@ class DockerSandbox(Sandbox):
                 on_timeout=kill_container,
                 apply_rlimits=False,
             )
-            state = self._state(name)
+            state = self._state_after_exit(name, result)
         finally:
             self._remove(name)
             if reaper_w is not None:
@@ -527,6 +530,22 @@ class DockerSandbox(Sandbox):
         finally:
             os.close(r)
         return w
+
+    def _state_after_exit(self, name: str, result: SandboxResult) -> dict:
+        """The container's state, read again for a while when it died of SIGKILL that we did not send.
+
+        Why: docker sets ``State.OOMKilled`` from containerd's OOM event, which is separate from the exit
+        event and can be handled after it (moby#18510, containerd#6323); read at once, an OOM kill under
+        load can show as a bare SIGKILL and be classified as a crash. The container is removed right after,
+        so this is the last chance to see the flag."""
+        state = self._state(name)
+        if result.timed_out or result.signal != signal.SIGKILL:
+            return state
+        deadline = time.monotonic() + OOM_EVENT_GRACE_S
+        while not state.get("OOMKilled") and time.monotonic() < deadline:
+            time.sleep(0.1)
+            state = self._state(name) or state
+        return state
 
     def _state(self, name: str) -> dict:
         try:

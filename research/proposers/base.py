@@ -62,7 +62,7 @@ class ResearchContext:
     reader_free: bool = False  # the objective sees only the context: reader-only levers are dead
     seed: int = 0  # sampling seed of this step (recorded; replay goes through the reply cache)
     withheld: dict[str, str] = field(default_factory=dict)  # lever id -> why the menu leaves it out now
-    absent: frozenset[str] = frozenset()  # levers the evaluated memsys lacks (research.levers.absent_levers)
+    absent: frozenset[str] = frozenset()  # levers the evaluated memsys lacks (research.lever_scope.absent_levers)
 
 
 class Proposer(ABC):

@@ -1,7 +1,7 @@
 """The LLM researcher. Two output modes, one prompt layout (prompts are files):
 
 - ``menu``: a schema-constrained reply that can only name levers live in the best config, with
-  bounded values (research.levers.menu_schema). A 1.5B model cannot write working SEARCH/REPLACE
+  bounded values (research.lever_menu.menu_schema). A 1.5B model cannot write working SEARCH/REPLACE
   edits, but it can pick a lever that targets the failure it is shown.
 - ``code``: free SEARCH/REPLACE edits under memsys/ plus config overrides, for capable models.
 
@@ -189,7 +189,7 @@ class LLMProposer(Proposer):
 
     def _schema(self, ctx: ResearchContext) -> dict[str, Any]:
         if self.mode == "menu":
-            from research.levers import menu_schema
+            from research.lever_menu import menu_schema
 
             return menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free, withheld=ctx.withheld,
                                absent=ctx.absent)
@@ -201,7 +201,7 @@ class LLMProposer(Proposer):
             raise ProposalFormatError(f"a proposal must be a JSON object, got {type(data).__name__}")
         if self.mode == "code":
             return parse_proposal(data)
-        from research.levers import parse_menu
+        from research.lever_menu import parse_menu
 
         overrides = parse_menu(data, ctx.memory)
         why = str(data.get("why", "")).strip()

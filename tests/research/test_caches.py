@@ -2,7 +2,7 @@
 
 Real SQLite files in the layout a sandbox writes (``emb`` + ``emb_text``), a real store folder, and
 the real hashing embedder as the trusted recomputation; the sandboxed path itself is covered in
-``test_evaluate_sandbox.py``.
+``test_two_half_eval_sandbox.py``.
 """
 
 from __future__ import annotations

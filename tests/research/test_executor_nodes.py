@@ -22,10 +22,10 @@ import pytest
 from memsys.llm import Budget
 from research.config import RayConfig
 from research.errors import ExecutorError
-from research.evaluate import EvalJob, _check_endpoint_claim, evaluate
 from research.failures import FailureClass, classify_result
 from research.gateway import LLMGateway
 from research.node import TaskRoots
+from research.two_half_eval import EvalJob, _check_endpoint_claim, evaluate
 from research.worker import UntrustedTask
 from sandbox import SandboxSpec, make_sandbox
 from sandbox.bwrap import BwrapSandbox
@@ -106,8 +106,9 @@ def _task(tmp: Path, name: str, program: str, request: dict, *, gateway: LLMGate
     if gateway is not None:
         env.update(gateway.child_env())
         readonly.append(gateway.socket_path.parent)
+    # 300 s: a real reader on a node shares 2 cores with whatever else runs; 120 s timed out once beside a quickstart
     spec = SandboxSpec(argv=[sys.executable, "-c", program, str(req)], workdir=out, writable=[out], readonly=readonly,
-                       env=env, network="none", wall_timeout_s=120)
+                       env=env, network="none", wall_timeout_s=300)
     roots = TaskRoots(REPO, CODE_DIRS, work, public, req, gateway.socket_path if gateway is not None else None)
     return UntrustedTask(make_sandbox(sandbox), spec, out / "answers.jsonl", name, roots)
 

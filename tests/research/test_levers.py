@@ -1,4 +1,5 @@
-"""The lever catalogue (research/levers.py): unit tests, and its live rules against the real pipeline.
+"""The lever catalogue (research/levers.py, and what builds on it: lever_menu.py, lever_scope.py, the
+study's distributions): unit tests, and its live rules against the real pipeline.
 
 The property test renders what decides the reader's answer (``reader_request`` over ``Memory.retrieve``:
 the messages, the JSON switch, the reply limit and a confidence threshold, as memsys.predict hashes it) for LoCoMo conv-30
@@ -25,33 +26,26 @@ from memsys.memory import Memory
 from memsys.records import Turn
 from memsys.retrieve.merge import MERGERS
 from research.errors import ProposalFormatError
+from research.lever_menu import FAILURE_TARGETS, MENU_INTS, int_menu, menu_schema, parse_menu
+from research.lever_scope import absent_levers, flat_paths, held_levers
 from research.levers import (
     DEAD,
-    FAILURE_TARGETS,
     LIVE_RULES,
-    MENU_INTS,
     SPAN_CAPS,
     Lever,
-    absent_levers,
     catalogue,
     coupled_levers,
     effective_key,
     effective_view,
-    flat_paths,
     get_path,
-    held_levers,
-    int_menu,
     levers_of,
     live_levers,
-    menu_schema,
     offered_levers,
-    optuna_distribution,
-    params_of,
-    parse_menu,
     render_levers,
     resolve,
     static_noop,
 )
+from research.study import optuna_distribution, params_of
 
 PRESETS = sorted(p.stem for p in (config_dir() / "memory").glob("*.yaml"))
 CONVERSATION = "conv-30"

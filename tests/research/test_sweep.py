@@ -12,9 +12,9 @@ import pytest
 
 from benchmarks.config import load_eval_setup
 from harness.errors import ConfigError
-from research.evaluate import EvalOutcome
 from research.fixed_eval import run_in_process
 from research.sweep import COMPARISON_CSV, SweepRun, comparison_frame, expand_sweep, run_sweep, swept_keys
+from research.two_half_eval import EvalOutcome
 from sandbox.bwrap import BwrapSandbox
 
 

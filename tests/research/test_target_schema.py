@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.paths import REPO_ROOT
 from memsys.config import load_memory_config, to_container
-from research.levers import absent_levers, flat_paths
+from research.lever_scope import absent_levers, flat_paths
 from research.target_schema import CONFIG_SOURCE, schema_paths
 
 

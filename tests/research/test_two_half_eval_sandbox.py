@@ -90,7 +90,7 @@ def test_caches_are_shared_only_by_identical_code_and_after_verification(repo: P
 
 def test_the_sandbox_sees_only_the_code_it_runs(tmp_path: Path) -> None:
     """Not the checkout's runs/ (earlier runs' scored rows hold gold answers), tests or scorer."""
-    from research.evaluate import EvalJob, sandbox_spec
+    from research.two_half_eval import EvalJob, sandbox_spec
 
     root = Path(__file__).resolve().parents[2]
     setup = load_eval_setup(BASE)

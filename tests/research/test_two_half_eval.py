@@ -1,6 +1,6 @@
 """Both halves of an evaluation in one process (memsys.predict answers, benchmarks scores):
 real stores, real FAISS/BM25, the OpenAI test server as reader. The sandboxed path and
-the attacks on it are in test_evaluate_sandbox.py and test_attacks.py."""
+the attacks on it are in test_two_half_eval_sandbox.py and test_attacks.py."""
 
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def test_built_store_is_reused(locomo_path):
 
 
 def test_the_sandbox_limit_grows_with_the_questions_a_reader_answers():
-    from research.evaluate import EVAL_TIMEOUT_BASE_S, EVAL_TIMEOUT_PER_QUESTION_S, eval_wall_timeout
+    from research.two_half_eval import EVAL_TIMEOUT_BASE_S, EVAL_TIMEOUT_PER_QUESTION_S, eval_wall_timeout
 
     assert eval_wall_timeout(setup_for("reader=none").eval, 304) == EVAL_TIMEOUT_BASE_S
     assert eval_wall_timeout(setup_for("reader=llm").eval, 100) == EVAL_TIMEOUT_BASE_S + 100 * EVAL_TIMEOUT_PER_QUESTION_S
