@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from research.errors import ProposalFormatError
+from research.lever_menu import FAILURE_TARGETS
 from research.levers import coupled_levers, offered_levers
 from research.proposers.base import EXPLORE_HYPOTHESIS, Proposal, Proposer, ResearchContext, is_sampler_draw
 from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
@@ -49,7 +50,7 @@ def explores(ctx: ResearchContext, first: int, on_pivot: bool) -> bool:
 def subspace_schema(lever_ids: list[str]) -> dict[str, Any]:
     return {"type": "object",
             "properties": {"hypothesis": {"type": "string"},
-                           "targets": {"type": "string", "enum": ["retrieval_miss", "reader_miss", "abstention", "other"]},
+                           "targets": {"type": "string", "enum": list(FAILURE_TARGETS)},
                            "why": {"type": "string"},
                            "levers": {"type": "array", "items": {"type": "string", "enum": lever_ids},
                                       "minItems": 1, "maxItems": 3}},
