@@ -13,6 +13,8 @@ Usage::
     python -m research.perf.bench_reader [--split dev] [--sample medium] [--reference naive_rag]
         [--variants "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"]
         [--out runs/bench/reader.json] [-- extra overrides for every variant, e.g. llm=local]
+    python -m research.perf.bench_reader --reference omni --runs "omni=<run-id>,omni-rrf=<run-id>,..."
+        (finished evaluations of the same benchmark and split, read back into one paired table)
 
 A variant is ``name=preset:override;override`` or just a preset name; ``ablation`` names the group of
 ``omni`` with one component off at a time (``ABLATION``; use ``--reference omni`` with it).
@@ -119,6 +121,34 @@ def run_id_of(v: Variant, common: Sequence[str], code: str) -> str:
     return f"bench-reader-{v.name.replace('@', '-at-')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+def finished_runs(text: str, benchmark: str, split: str) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """``--runs "a=run-id,b=run-id"``: finished evaluations read back as rows, answered nothing.
+
+    Why: rows measured in different sessions (a reader ablation run one row at a time, under different
+    code) are still comparable question by question when they scored the same questions of the same
+    split; this puts them in one paired table without hours of the reader. A run that is not finished, or
+    scored another benchmark or split, is refused in one line."""
+    out: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, eq, run_id = item.partition("=")
+        if not eq or not name or not run_id:
+            raise SystemExit(f"--runs item {item!r} is not name=run-id")
+        if name in out:
+            raise SystemExit(f"--runs names {name!r} twice")
+        run_dir = runs_dir() / run_id
+        if not (run_dir / "metrics.json").is_file():
+            raise SystemExit(f"--runs {name}: {run_dir} has no metrics.json (not a finished evaluation)")
+        try:
+            meta = json.loads((run_dir / "run.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--runs {name}: {run_dir / 'run.json'} cannot be read ({exc})") from exc
+        got = (meta.get("benchmark"), meta.get("split")) if isinstance(meta, dict) else (None, None)
+        if got != (benchmark, split):
+            raise SystemExit(f"--runs {name}: {run_id} scored {got[0]}/{got[1]}, not {benchmark}/{split}")
+        out[name] = (run_dir, meta)
+    return out
+
+
 def evaluate(v: Variant, common: Sequence[str], log_dir: Path, code: str) -> Path:
     """Run (or resume) one variant through ``memsys eval`` on this checkout's code; returns its run folder."""
     run_id = run_id_of(v, common, code)
@@ -218,9 +248,11 @@ def render_sources(result: dict[str, Any]) -> str:
 def _fmt(x: Any) -> str:
     if x is None:
         return "-"
-    if isinstance(x, float):
-        return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3f}"
-    return str(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int) or abs(x) >= 100:  # a mean that happens to be whole is an int after a JSON round trip
+        return f"{x:,.0f}"
+    return f"{x:.3f}"
 
 
 def render(result: dict[str, Any], profile: Profile) -> str:
@@ -246,15 +278,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--benchmark", default="locomo")
     ap.add_argument("--split", default="dev")
     ap.add_argument("--sample", default="medium")
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--variants", default=None, help=f"default {DEFAULT_VARIANTS!r} (none when --runs is given)")
+    ap.add_argument("--runs", default="", help="name=run-id,...: finished evaluations to read back into the table")
     ap.add_argument("--reference", default="naive_rag")
     ap.add_argument("--llm", default="local", help="llm config group (local: the embedded model)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    variants = parse_variants(args.variants)
+    variants = parse_variants(args.variants if args.variants is not None else "" if args.runs else DEFAULT_VARIANTS)
+    read_back = finished_runs(args.runs, args.benchmark, args.split)
     profile = profile_of(args.benchmark)
-    if args.reference not in {v.name for v in variants}:
-        raise SystemExit(f"--reference {args.reference!r} is not one of the variants")
+    if set(read_back) & {v.name for v in variants}:
+        raise SystemExit(f"--runs and --variants share names: {sorted(set(read_back) & {v.name for v in variants})}")
+    if args.reference not in {v.name for v in variants} | set(read_back):
+        raise SystemExit(f"--reference {args.reference!r} is not one of the variants or runs")
     common = [f"benchmark={args.benchmark}", f"split={args.split}", f"sample={args.sample}", f"llm={args.llm}", *extra]
     out = args.out or runs_dir() / "bench" / "reader.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -268,6 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows[v.name] = read_rows(run_dir)
         summaries[v.name] = {"run_id": run_dir.name, "preset": v.preset, "overrides": list(v.overrides),
                              **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()), profile)}
+    for name, (run_dir, meta) in read_back.items():
+        rows[name] = read_rows(run_dir)
+        summaries[name] = {"run_id": run_dir.name, "read_back": True, "code": meta.get("code"),
+                           "sample": meta.get("sample"),
+                           "preset": ((meta.get("config") or {}).get("memory") or {}).get("name"),
+                           **summarize(rows[name], json.loads((run_dir / "metrics.json").read_text()), profile)}
     result = {
         "command": command("research.perf.bench_reader", argv),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),

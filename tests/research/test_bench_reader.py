@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from benchmarks.datasets.schema import Question
 from benchmarks.runner import aggregate
 from benchmarks.scoring import score_question
@@ -107,3 +111,42 @@ def test_a_variant_is_read_back_only_from_the_code_that_answered_it():
     assert run_id_of(v, common, "a" * 32) == run_id_of(v, common, "a" * 32)
     assert run_id_of(v, common, "a" * 32) != run_id_of(v, common, "b" * 32)
     assert run_id_of(v, common, "a" * 32).startswith("bench-reader-omni-at-1000-")
+
+
+def _finished_run(root, run_id: str, predictions: list[str], *, split: str = "dev", metrics: bool = True) -> None:
+    """A run folder as ``memsys eval`` leaves it: scored rows, the runner's metrics, and run.json."""
+    folder = root / run_id
+    folder.mkdir(parents=True)
+    rows = rows_of("locomo", LOCOMO, predictions)
+    (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if metrics:
+        (folder / "metrics.json").write_text(json.dumps(aggregate("locomo", rows, with_reader=True)))
+    (folder / "run.json").write_text(json.dumps({"benchmark": "locomo", "split": split, "sample": "small",
+                                                 "code": "c" * 32, "config": {"memory": {"name": "omni"}}}))
+
+
+def test_finished_runs_are_read_back_into_one_paired_table_without_answering(tmp_path, monkeypatch):
+    from research.perf.bench_reader import main
+
+    monkeypatch.setenv("MEMSYS_RUNS_DIR", str(tmp_path))
+    _finished_run(tmp_path, "run-ref", ["7 May 2023", "a dog", "a lake"])
+    _finished_run(tmp_path, "run-cand", ["7 May 2023", "a sunset", "Not mentioned in the conversation"])
+    out = tmp_path / "table.json"
+    assert main(["--reference", "ref", "--runs", "ref=run-ref,cand=run-cand", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["variants"]) == {"ref", "cand"} and result["variants"]["cand"]["read_back"] is True
+    assert result["variants"]["cand"]["preset"] == "omni" and result["variants"]["cand"]["f1_cat1_4"] == 1.0
+    assert result["paired"]["cand"]["f1_cat1_4"]["n"] == 2 and result["paired"]["cand"]["all_honest"]["n"] == 3
+    assert list((tmp_path / "reader-logs").iterdir()) == []  # no variant was answered (each would leave its log)
+
+    _finished_run(tmp_path, "run-unfinished", ["7 May 2023", "a dog", "a lake"], metrics=False)
+    _finished_run(tmp_path, "run-test", ["7 May 2023", "a dog", "a lake"], split="test")
+    _finished_run(tmp_path, "run-torn", ["7 May 2023", "a dog", "a lake"])
+    (tmp_path / "run-torn" / "run.json").write_text('{"benchmark": "loc')
+    for runs, message in (("ref=run-ref,x=run-unfinished", "not a finished evaluation"),
+                          ("ref=run-ref,x=run-test", "scored locomo/test, not locomo/dev"),
+                          ("ref=run-ref,x=run-torn", "run.json cannot be read"),
+                          ("ref=run-ref,ref=run-cand", "names 'ref' twice"),
+                          ("ref=run-ref,run-cand", "is not name=run-id")):
+        with pytest.raises(SystemExit, match=message):
+            main(["--reference", "ref", "--runs", runs, "--out", str(out)])
