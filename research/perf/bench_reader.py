@@ -299,17 +299,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: dict[str, list[dict[str, Any]]] = {}
     summaries: dict[str, dict[str, Any]] = {}
     code = code_namespace(REPO_ROOT)
-    for v in variants:
-        run_dir = evaluate(v, common, log_dir, code)
-        rows[v.name] = read_rows(run_dir)
-        summaries[v.name] = {"run_id": run_dir.name, "preset": v.preset, "overrides": list(v.overrides),
-                             **summarize(rows[v.name], json.loads((run_dir / "metrics.json").read_text()), profile)}
-    for name, (run_dir, meta) in read_back.items():
+    described: list[tuple[str, Path, dict[str, Any]]] = [
+        (v.name, evaluate(v, common, log_dir, code), {"preset": v.preset, "overrides": list(v.overrides)})
+        for v in variants]
+    described += [(name, run_dir, {"read_back": True, "code": meta.get("code"), "sample": meta.get("sample"),
+                                   "preset": ((meta.get("config") or {}).get("memory") or {}).get("name")})
+                  for name, (run_dir, meta) in read_back.items()]
+    for name, run_dir, about in described:
         rows[name] = read_rows(run_dir)
-        summaries[name] = {"run_id": run_dir.name, "read_back": True, "code": meta.get("code"),
-                           "sample": meta.get("sample"),
-                           "preset": ((meta.get("config") or {}).get("memory") or {}).get("name"),
-                           **summarize(rows[name], json.loads((run_dir / "metrics.json").read_text()), profile)}
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        summaries[name] = {"run_id": run_dir.name, **about, **summarize(rows[name], metrics, profile)}
     result = {
         "command": command("research.perf.bench_reader", argv),
         "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.platform(),
