@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from omegaconf import OmegaConf
 
+from benchmarks.judge.config import JudgeConfig, judge_config, judge_metric_key, judge_node
 from benchmarks.splits import BenchmarkConfig, benchmark_config, check_complement
 from harness.config import validate
 from harness.errors import ConfigError
@@ -36,8 +37,11 @@ class EvalConfig:
     run_id: str | None = None
     resume: bool = True
     full_context_budget: int = 6000  # recent_window's budget (full_context's is the reader's window)
-    # the scorer's own budget: context recall counts only the claimed context ids whose raw
-    # turns fit this many tokens (recounted here), so claiming everything buys nothing
+    # the scorer's own budget B: context recall counts only the evidence inside the first B context tokens
+    # (the longest prefix of the claimed context ids whose raw turns fit, recounted by the trusted side, never
+    # the answer's own count), so claiming everything buys nothing and tokens past B change nothing. The
+    # metrics record it (``context_budget_tokens``, ``context_recall@<B>``). It does not cut the reader's
+    # prompt: reader objectives (F1, J) score whatever context the memory gave its reader (docs/evaluate.md)
     context_budget_tokens: int | None = 6000
     # where the untrusted half runs for `memsys eval`: auto | docker | bwrap | process | inprocess
     sandbox: str = "auto"
@@ -68,13 +72,35 @@ class EvalSetup:
             return "context_recall"
         return "all_honest" if self.benchmark.name == "locomo" else "f1"
 
+    @property
+    def judge(self) -> JudgeConfig | None:
+        """The LLM judge of this evaluation (None: no J). Read from the composed config, so it is the trusted
+        side's own (this checkout's configs/judge/ and command line), whatever tree is evaluated."""
+        node = judge_node(self.raw)
+        return None if node is None else judge_config(node)
+
+
+def check_judge(ev: EvalConfig, judge: JudgeConfig | None, benchmark: str) -> None:
+    """A judge needs answers to judge, a protocol written for this benchmark, and a judge objective needs a judge."""
+    if judge_metric_key(ev.objective) is not None and judge is None:
+        raise ConfigError(f"objective={ev.objective} needs a judge: add judge=lenient|strict (LoCoMo) or judge=memgallery")
+    if judge is None:
+        return
+    if ev.reader != "llm":
+        raise ConfigError("a judge grades the reader's answers: judge=... needs reader=llm (or judge=none)")
+    wanted = "memgallery" if benchmark == "memgallery" else ("lenient", "strict")
+    if judge.protocol not in wanted:
+        raise ConfigError(f"judge protocol {judge.protocol!r} does not grade {benchmark}: use judge="
+                          + ("memgallery" if benchmark == "memgallery" else "lenient or judge=strict"))
+
 
 def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") -> EvalSetup:
     cfg = compose(config_name, overrides)
     raw = OmegaConf.to_container(cfg, resolve=True)
     top = {k: v for k, v in raw.items() if k not in ("benchmark", "memory", "llm")}
     ev = validate(EvalConfig, {k: v for k, v in top.items() if k in EvalConfig.__dataclass_fields__}, where="eval config")
-    unknown = sorted(set(top) - set(EvalConfig.__dataclass_fields__) - {"research", "proposer", "budget", "loop", "sandbox", "repo"})
+    unknown = sorted(set(top) - set(EvalConfig.__dataclass_fields__)
+                     - {"research", "proposer", "budget", "loop", "sandbox", "repo", "judge"})
     if unknown:
         raise ConfigError(f"unknown eval config keys: {unknown}")
     if ev.system not in SYSTEMS:
@@ -83,9 +109,13 @@ def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") ->
         raise ConfigError(f"reader must be one of {READERS}, got {ev.reader!r}")
     if ev.workers < 1:
         raise ConfigError("workers must be >= 1")
+    if ev.context_budget_tokens is not None and ev.context_budget_tokens < 1:
+        raise ConfigError(f"context_budget_tokens must be >= 1 (null: no cut), got {ev.context_budget_tokens}")
     bench = benchmark_config(cfg.benchmark)
     if ev.complement:
         check_complement(bench, ev.sample)
+    node = judge_node(raw)
+    check_judge(ev, None if node is None else judge_config(node), bench.name)
     return EvalSetup(
         eval=ev,
         benchmark=bench,

@@ -3,7 +3,7 @@
 The run folder ``runs/<run_id>/`` holds ``run.json`` and ``config.json`` (resolved),
 ``predictions.jsonl`` (one scored row per question: the answer, gold, scores and the
 ids the scorer counted), ``metrics.json`` and ``table.txt``. Answers are produced by
-``memsys.predict`` (the untrusted half) from a public view; see ``research.two_half_eval``
+``memsys.predict`` (the untrusted half) from a public view; see ``research.evaluation.two_half``
 for how the two halves are run.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,7 +21,8 @@ from benchmarks.datasets import load_benchmark
 from benchmarks.datasets.schema import Benchmark
 from benchmarks.metrics.locomo import aggregate_locomo
 from benchmarks.metrics.memgallery import aggregate_memgallery
-from benchmarks.metrics.retrieval import RetrievalRecord, aggregate_retrieval
+from benchmarks.metrics.retrieval import RetrievalRecord, aggregate_retrieval, budgeted_key, one_budget
+from benchmarks.result import EvalResult
 from benchmarks.scoring import TurnCosts, Usage, score_answers
 from benchmarks.splits import select
 from harness.atomic import atomic_write_json, atomic_write_text
@@ -33,24 +33,12 @@ from harness.views import Answer
 log = logging.getLogger(__name__)
 RUN_FORMAT_VERSION = 1
 PREDICTIONS = "predictions.jsonl"
+#: the saved and printed table fits an 80-column terminal (every value whole)
+TABLE_WIDTH = 80
 
 
 class RunFolderError(StoreError):
     kind = "run_folder"
-
-
-@dataclass
-class EvalResult:
-    run_id: str
-    run_dir: Path
-    metrics: dict[str, Any]
-    objective: str
-    objective_value: float | None
-    n_questions: int
-    n_errors: int
-    wall_s: float
-    mlflow_run_id: str | None = None
-    table: str = ""
 
 
 def new_run_id(setup: EvalSetup) -> str:
@@ -62,13 +50,20 @@ def aggregate(bench_name: str, rows: list[dict[str, Any]], with_reader: bool) ->
     records = [RetrievalRecord(r["question_id"], r["category"], tuple(r["retrieved_ids"]),
                                tuple(r["evidence"]), int(r["context_tokens"])) for r in rows]
     metrics: dict[str, Any] = dict(aggregate_retrieval(records))
-    # evidence the reader actually sees (the whole context, whatever its length): the figure that
-    # compares systems with different context sizes, e.g. full-context vs retrieval
+    # evidence inside the first B context tokens, B the scorer's budget the rows were cut at (recorded in each
+    # row by benchmarks.scoring; rows written before it was recorded say nothing): the figure that compares
+    # systems with different context sizes, e.g. full-context vs retrieval, without rewarding extra tokens
+    budgets = [r["context_budget_tokens"] for r in rows if "context_budget_tokens" in r]
+    budget = one_budget(budgets)
+    if budgets:
+        metrics["context_budget_tokens"] = budget
     with_ev = [r for r in rows if r["evidence"]]
     if with_ev:
         metrics["context_recall"] = sum(
             len(set(r["evidence"]) & set(r.get("context_ids", r["retrieved_ids"]))) / len(set(r["evidence"]))
             for r in with_ev) / len(with_ev)
+        if budget is not None:
+            metrics[budgeted_key("context_recall", budget)] = metrics["context_recall"]
     if with_reader:
         if bench_name == "locomo":
             metrics.update(aggregate_locomo([(r["category"], r["scores"]["f1"], r["scores"].get("f1_lenient")) for r in rows]))
@@ -230,13 +225,14 @@ def _metric_table(bench: Benchmark, setup: EvalSetup, system: str, with_reader: 
 
     what = f"memory={setup.memory.name}" if system == "memsys" else f"system={system}"
     t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - {what} reader={setup.eval.reader}")
-    t.add_column("category")
-    t.add_column("n", justify="right")
+    t.add_column("category", overflow="fold")  # names wrap; numbers never do (80 columns, issue #48)
+    t.add_column("n", justify="right", no_wrap=True)
     if with_reader:
-        t.add_column("F1" if bench.name == "locomo" else "F1 / EM / BLEU-1", justify="right")
+        for name in (("F1",) if bench.name == "locomo" else ("F1", "EM", "B-1")):
+            t.add_column(name, justify="right", no_wrap=True)
     for k in (5, 10, 20):
-        t.add_column(f"R@{k}", justify="right")
-    t.add_column("ctx tok", justify="right")
+        t.add_column(f"R@{k}", justify="right", no_wrap=True)
+    t.add_column("ctx tok", justify="right", no_wrap=True)
     return t
 
 
@@ -246,7 +242,7 @@ def _category_row(bench: Benchmark, m: dict[str, Any], c: str, name: str, with_r
         if bench.name == "locomo":
             row.append(_fmt(m.get(f"f1_cat{c}")))
         else:
-            row.append(" / ".join(_fmt(m.get(f"{x}_{c}")) for x in ("f1", "em", "bleu1")))
+            row += [_fmt(m.get(f"{x}_{c}")) for x in ("f1", "em", "bleu1")]
     row += [_fmt(m.get(f"recall_at_{k}/{c}")) for k in (5, 10, 20)]
     row.append(_fmt(m.get(f"context_tokens/{c}")))
     return row
@@ -256,7 +252,8 @@ def _overall_row(bench: Benchmark, m: dict[str, Any], with_reader: bool) -> list
     """LoCoMo's overall F1 is categories 1-4: category 5 is scored apart (see benchmarks.metrics.locomo)."""
     total = ["overall", _fmt(m.get("n"))]
     if with_reader:
-        total.append(_fmt(m.get("f1_cat1_4") if bench.name == "locomo" else " / ".join(_fmt(m.get(x)) for x in ("f1", "em", "bleu1"))))
+        keys = ("f1_cat1_4",) if bench.name == "locomo" else ("f1", "em", "bleu1")
+        total += [_fmt(m.get(x)) for x in keys]
     total += [_fmt(m.get(f"recall_at_{k}")) for k in (5, 10, 20)] + [_fmt(m.get("context_tokens"))]
     return total
 
@@ -302,7 +299,7 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
         t.add_row(*_category_row(bench, m, c, names.get(c, ""), with_reader))
     t.add_row(*_overall_row(bench, m, with_reader), style="bold")
     buf = StringIO()
-    console = Console(file=buf, width=120, force_terminal=False)
+    console = Console(file=buf, width=TABLE_WIDTH, force_terminal=False)
     console.print(t)
     if with_reader and bench.name == "locomo":
         _print_locomo_f1(console, m)

@@ -4,9 +4,12 @@ Answers come from code the research agent wrote, so nothing they claim is taken 
 faith where it can be recomputed from public data:
 - retrieved and context ids are kept only when they are turns of the question's own
   conversation (each once, first position wins);
-- the context's token cost is recounted from those turns' raw text, and the context is
-  cut to the ids that fit the trusted budget ``context_budget_tokens`` before context
-  recall is computed, so claiming the whole conversation as context buys nothing;
+- the context's token cost is recounted from those turns' raw text (never the answer's own
+  ``context_tokens``), and the context is cut to the longest prefix of ids that fits the
+  trusted budget ``context_budget_tokens`` before context recall is computed: the cut stops at
+  the first id that does not fit, so nothing placed after it (however cheap) is counted, and
+  claiming the whole conversation as context buys nothing. Each row records the budget it was
+  cut at;
 - the reader's token usage is what the host-side gateway counted, when there was one.
 """
 
@@ -74,7 +77,10 @@ def _known_unique(ids: tuple[str, ...], costs: TurnCosts) -> tuple[list[str], in
 
 
 def within_budget(ids: list[str], costs: TurnCosts, budget: int | None) -> tuple[list[str], int]:
-    """The prefix of ``ids`` whose recounted cost fits ``budget`` (None: all), and that cost."""
+    """The prefix of ``ids`` whose recounted cost fits ``budget`` (None: all), and that cost.
+
+    A prefix, not a knapsack: it stops at the first id that does not fit, so the budget means "the first
+    B context tokens" and an id appended after that point can never change what is counted."""
     kept, total = [], 0
     for i in ids:
         c = costs.cost(i)
@@ -94,6 +100,7 @@ def score_row(bench: Benchmark, q: Question, a: Answer, costs: TurnCosts, *, wit
         "question_id": q.id, "conversation_id": q.conversation_id, "question": q.question, "gold": q.answer,
         "category": q.category, "evidence": list(q.evidence), "prediction": a.answer, "error": a.error,
         "retrieved_ids": retrieved, "context_ids": counted, "context_tokens": tokens,
+        "context_budget_tokens": context_budget_tokens,  # what the cut was: rows at other budgets do not compare
         "context_ids_claimed": len(a.context_ids), "context_tokens_claimed": a.context_tokens,
         "unknown_ids": dropped_r + dropped_c, "levels": list(a.levels), "latency_s": a.latency_s,
         "retrieval_ms": a.retrieval_ms, "prompt_tokens": a.prompt_tokens,

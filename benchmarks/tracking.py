@@ -18,7 +18,7 @@ from harness.paths import REPO_ROOT, runs_dir
 if TYPE_CHECKING:
     from benchmarks.config import EvalSetup
     from benchmarks.datasets.schema import Benchmark
-    from benchmarks.runner import EvalResult
+    from benchmarks.result import EvalResult
 
 log = logging.getLogger(__name__)
 _KEY_RE = re.compile(r"[^A-Za-z0-9_\-. /]")

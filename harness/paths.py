@@ -7,6 +7,9 @@ import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+#: the environment variable that hands a sandboxed reader the trusted gateway's Unix socket (and no key):
+#: the gateway (research/gateway/) sets it, the reader's client (memsys/llm/client.py) reads it
+GATEWAY_SOCKET_ENV = "MEMSYS_LLM_UDS"
 
 
 def _env_path(name: str, default: Path) -> Path:

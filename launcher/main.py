@@ -24,16 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
     from memsys import cli as memsys_cli
+    from research import commands as research_commands
 
     memsys_cli.add_parsers(sub)
-    for module in ("research.commands",):
-        try:
-            mod = __import__(module, fromlist=["add_parsers"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        mod.add_parsers(sub)
+    research_commands.add_parsers(sub)
     return parser
 
 

@@ -1,6 +1,6 @@
 """Memory-system subcommands of the ``memsys`` program: ingest, search, ask.
 
-Registered by the top-level dispatcher (research/cli.py); this module imports
+Registered by the top-level dispatcher (launcher/main.py); this module imports
 only memsys so the system under test stays independent of its scorer and optimizer.
 """
 

@@ -21,7 +21,7 @@ from memsys.errors import ConfigError  # noqa: F401 (re-exported)
 def lever(default: Any, effect: str, *, low: float | None = None, high: float | None = None,
           choices: Sequence[str] | None = None, step: float | None = None) -> Any:
     """A field the research loop may tune: its default, a one-line effect, and the values that make
-    sense (a range, or choices). Kept as dataclass metadata, which OmegaConf ignores; research/levers.py
+    sense (a range, or choices). Kept as dataclass metadata, which OmegaConf ignores; research/levers/catalogue.py
     builds its lever catalogue from it, so the schema is the one place a lever is declared."""
     if choices is not None:
         kind = "choice"
@@ -76,7 +76,7 @@ class CompressionConfig:
 class MediaConfig:
     """Images, audio and video as MAUs (memsys.media): novelty gates and limits.
 
-    Gate thresholds are the released code's (DESIGN.md section 2). The vision
+    Gate thresholds are the released code's (docs/design.md section 2). The vision
     thresholds were set for CLIP ViT-B/32; the offline default encoder is a
     perceptual descriptor (NOT semantic) whose cosine is mean-centred so that the
     same thresholds separate near-duplicates from distinct pictures.
@@ -113,7 +113,7 @@ class MediaConfig:
 
 @dataclass
 class IndexTextConfig:
-    """What each index sees of a memory (memsys/ingest/index_text.py); the reader keeps its own rendering.
+    """What each index sees of a memory (memsys/index/text.py); the reader keeps its own rendering.
     ``dense`` is embedded at ingestion (a change rebuilds the store), ``sparse`` is what BM25 indexes."""
 
     dense: str = lever("speaker_date", "What the embedding index sees: the text, or speaker (and date) first",
@@ -218,7 +218,7 @@ class AnswerConfig:
                          choices=("off", "retrieval", "reader", "both", "confidence", "or_confidence",
                                   "and_confidence"))
     # 0.1: on LoCoMo dev, the most category 5 abstains while at most 4.4% of categories 1-4 do (about 0.02
-    # F1 at the reader's mean), with abstain_signal=subject (docs/figures.md, "Calibrated abstention")
+    # F1 at the reader's mean), with abstain_signal=subject (docs/history.md, "Calibrated abstention")
     abstain_margin: float = lever(0.1, "Abstain when a statement about the other speaker matches this much better",
                                   low=0.0, high=0.3, step=0.02)
     abstain_signal: str = lever("subject", "Abstention asks who said the best turn, or whom the best statement is about",
@@ -250,7 +250,7 @@ class AnswerConfig:
 class IndexConfig:
     """Which index serves a store of a given size (issue #16; infrastructure, not a quality lever).
 
-    Thresholds and parameters were measured with benchmarks/perf/bench_lifelong.py (docs/figures.md,
+    Thresholds and parameters were measured with benchmarks/perf/bench_lifelong.py (docs/results.md,
     "Lifelong scale"). Below the thresholds a store searches exactly, as it always did.
     """
 

@@ -19,7 +19,7 @@ from memsys.config import MemoryConfig, load_memory_config, to_container, valida
 from memsys.embed import Embedder, make_embedder
 from memsys.errors import ConfigError, DuplicateIdError, InputError, StoreVersionError
 from memsys.index.scope import Scope
-from memsys.ingest.index_text import CONTEXT_KEY, LEGACY_INDEX_TEXT, index_text, neighbour_context
+from memsys.index.text import CONTEXT_KEY, LEGACY_INDEX_TEXT, index_text, neighbour_context
 from memsys.ingest.text import IngestReport, build_text_maus, turn_text, validate_turn
 from memsys.ingest.text_gate import TextNoveltyGate
 from memsys.records import MAU, Link, LinkKind, Turn

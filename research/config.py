@@ -26,7 +26,7 @@ class BudgetConfig:
 class LoopConfig:
     min_rel_improvement: float = 0.005
     # a gain proceeds only when the paired per-question test against the best says p_better < alpha;
-    # a fall is a degradation only when p_worse < alpha (research.decide)
+    # a fall is a degradation only when p_worse < alpha (research.loop.decide)
     alpha: float = 0.05
     degradations_to_pivot: int = 2
     max_iterations_per_hypothesis: int = 3
@@ -37,6 +37,13 @@ class LoopConfig:
     refine_from_attempt: bool = True  # iterate continues from the attempt being refined when it was not worse (else best)
     screen: bool = True  # reject a candidate whose objective-visible inputs equal its parent's, before the reader runs
     check: bool = True  # before the best ref moves, the gain must hold on a disjoint dev slice (complement of sample)
+    # the committed diff is screened against the benchmark's dev and test data before evaluation (benchmarks/leakage)
+    leakage_screen: bool = True
+    # a gain must also be supported on the run's questions whose gold the researcher was never shown
+    never_shown_check: bool = True
+    # at most this share of the run's sample is ever shown with its gold (diagnosis examples draw from the
+    # questions shown before once it is reached), so never-shown questions are left to decide
+    max_shown_fraction: float = 0.25
     max_proposals_factor: int = 3  # proposals (rejected ones included) stop at this multiple of the experiment budget
     max_repairs: int = 3
     local_fallback: bool = True  # heal auth failures of a remote endpoint by switching to the embedded model
@@ -45,7 +52,9 @@ class LoopConfig:
     duplicate_reasks: int = 2
     duplicate_temperature: float = 0.8
     failed_questions_shown: int = 5
-    context_budget_tokens: int = 2500
+    # the researcher's context in tokens (research/proposers/context.py): a number for any model, or auto to
+    # follow the model (research.researcher.local_context_tokens / hosted_context_tokens; research.proposers.factory)
+    context_budget_tokens: int | str = "auto"
     # futility probe (reader objectives only): a candidate is first answered on this smaller named sample,
     # paired with the best on the questions both share; clearly worse there (the CI of the difference below 0
     # and p_worse < probe_alpha) stops it before the rest of the reader run. Otherwise the full evaluation
@@ -59,12 +68,15 @@ class LoopConfig:
         if not 0.0 < self.probe_alpha <= self.alpha:
             raise ConfigError(f"research.loop.probe_alpha must be in (0, alpha={self.alpha}], got {self.probe_alpha}: "
                               "stopping early must be at least as sure as calling a fall a degradation")
+        budget = self.context_budget_tokens
+        if budget != "auto" and (isinstance(budget, str) or budget < 1):
+            raise ConfigError(f"research.loop.context_budget_tokens must be a number of tokens or auto, got {budget!r}")
 
 
 @dataclass
 class SandboxConfig:
     backend: str = "auto"  # auto picks the strongest backend that works here
-    # None: as `memsys eval` scales it (research.two_half_eval.eval_wall_timeout: 1800 s, plus 90 s a question
+    # None: as `memsys eval` scales it (research.evaluation.two_half.eval_wall_timeout: 1800 s, plus 90 s a question
     # with the reader); a fixed 1800 s killed a 152-question reader baseline on a busy 2-core machine
     wall_timeout_s: float | None = None
     memory_gb: float = 8.0
@@ -81,6 +93,9 @@ class ConfirmConfig:
     enabled: bool = True
     split: str = "test"
     sample: str | None = None  # None: the run's own sample name (tiny, small, full) on the test split
+    # the dev gain counts as confirmed when the paired test on the held-out questions supports it (its CI above
+    # 0) and keeps at least this share of the dev gain; else every place that prints the result says NOT CONFIRMED
+    min_kept: float = 0.5
 
 
 @dataclass
@@ -96,6 +111,11 @@ class ResearcherConfig:
     hybrid_explore_first: int = 2  # the run's first experiments are TPE draws over the whole space (hybrid)
     hybrid_explore_on_pivot: bool = True  # and one such draw after each pivot, before the next hypothesis
     batch: bool = True  # research.parallel=K: one request for K different hypotheses; false: K single requests
+    # research.loop.context_budget_tokens=auto: the embedded model's budget (its prompt and reply must fit
+    # llm.local.n_ctx), and any other backend's (room for the retriever, the pyramid and the answer code at once;
+    # held within llm.context_window when that is set)
+    local_context_tokens: int = 2500
+    hosted_context_tokens: int = 16000
 
 
 @dataclass
@@ -115,7 +135,7 @@ class RayConfig:
     node_cache: str | None = None  # where a node keeps shipped content; None: <tmp>/memsys-node-cache on the node
     node_cache_keep: int = 32  # shipped trees a node keeps besides those in use; older ones are removed
     # with the embedded model (llm.backend=local): auto = each node's readers use that node's own server
-    # (research.node_llm; cache and budget stay at the driver's gateway) | driver = all use the driver's
+    # (research.execution.node_llm; cache and budget stay at the driver's gateway) | driver = all use the driver's
     node_llm: str = "auto"
     connect_attempts: int = 3  # tries at joining ``address`` when the connection itself fails
 
@@ -133,7 +153,7 @@ class RayConfig:
 
 @dataclass
 class StudyConfig:
-    """Where the Optuna study that every proposer learns from is kept (research/study.py).
+    """Where the Optuna study that every proposer learns from is kept (research/levers/study.py).
 
     ``storage`` null: in memory, rebuilt from the run's journal. Else an Optuna journal file on a
     filesystem the drivers share (file-locked; the choice for NFS) or a database URL
@@ -169,16 +189,22 @@ class ResearchConfig:
     researcher: ResearcherConfig = field(default_factory=ResearcherConfig)
     executor: str = "local"  # local | ray: where evaluations run (proposing, deciding, scoring stay here)
     ray: RayConfig = field(default_factory=RayConfig)
-    parallel: int = 1  # candidates per round, evaluated at once (research.round); 1: one experiment at a time
+    parallel: int = 1  # candidates per round, evaluated at once (research.loop.round); 1: one experiment at a time
     study: StudyConfig = field(default_factory=StudyConfig)
     # levers (ids, or memory keys such as pyramid.budget_tokens) the run keeps at its own values: never
-    # offered, sampled or accepted (research.lever_scope.held_levers)
+    # offered, sampled or accepted (research.levers.scope.held_levers)
     fixed_levers: list[str] = field(default_factory=list)
+    # what the shared study optimizes: [quality] (one objective), or [quality, context_tokens] (multi-objective
+    # TPE: the Pareto front of quality against context cost). Acceptance is the paired test on quality either way
+    objectives: list[str] = field(default_factory=lambda: ["quality"])
 
     def __post_init__(self) -> None:
         ExecutionConfig(self.executor, self.ray)  # one check of the choice
         if self.parallel < 1:
             raise ConfigError(f"research.parallel must be >= 1, got {self.parallel}")
+        from research.levers.study import check_objectives  # the names and directions live with the study
+
+        check_objectives(self.objectives)
 
     @property
     def execution(self) -> ExecutionConfig:
@@ -190,6 +216,17 @@ class RunSetup:
     eval: EvalSetup
     research: ResearchConfig
     overrides: list[str]
+
+
+def study_name(setup: RunSetup) -> str:
+    """``research.study.name``, else ``<benchmark>-<split>-<sample>-<objective>@<context budget>`` plus the cost
+    objectives: trials are comparable only when measured on the same questions, metric and budget, and a
+    multi-objective study cannot share a storage entry with a single-objective one (research/levers/study.py)."""
+    ev, rc = setup.eval, setup.research
+    if rc.study.name:
+        return rc.study.name
+    costs = "".join(f"+{o}" for o in rc.objectives if o != "quality")
+    return f"{ev.benchmark.name}-{ev.eval.split}-{ev.eval.sample}-{ev.objective}@{ev.eval.context_budget_tokens}{costs}"
 
 
 def user_memory_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
@@ -214,7 +251,7 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
-    from research.lever_scope import held_levers
+    from research.levers.scope import held_levers
 
     held_levers(rc.fixed_levers)  # an unknown entry is named here, not after the baseline
     probe = rc.loop.probe_sample

@@ -51,6 +51,7 @@ class FailureClass(StrEnum):
     FORBIDDEN_EDIT = "forbidden_edit"
     IDENTICAL_CONDITIONS = "identical_conditions"
     NO_EFFECT = "no_effect"
+    LEAKAGE = "leakage"
     INFRASTRUCTURE = "infrastructure"
     UNKNOWN = "unknown"
 
@@ -95,6 +96,10 @@ POLICIES: dict[FailureClass, FailurePolicy] = {
     FailureClass.NO_EFFECT: FailurePolicy(
         "low", False, "The reader-free screen found the change leaves every scored input unchanged: it was "
         "rejected without evaluating; propose a change that reaches the retrieved context or the answer."),
+    FailureClass.LEAKAGE: FailurePolicy(
+        "high", False, "The committed change carries benchmark data (question text, gold answers, evidence or "
+        "question ids, a data table or file): it is refused before evaluation; propose a change that works on "
+        "any conversation, not one that remembers this benchmark's questions."),
     FailureClass.INFRASTRUCTURE: FailurePolicy(
         "fatal", True, "Our side (sandbox, disk, dataset, budget): do not charge the experiment; fix the "
         "environment, then resume."),

@@ -24,9 +24,9 @@ from typing import Any, Sequence
 from harness.atomic import atomic_write_json
 from harness.paths import runs_dir
 from research.errors import ProposalFormatError, RunStateError
+from research.journal.trajectory import Edit, ExperimentRecord, read_trajectory
+from research.loop.state import LoopState
 from research.proposers.base import Proposal, Proposer
-from research.state import LoopState
-from research.trajectory import Edit, ExperimentRecord, read_trajectory
 
 ONLY = ("all", "accepted")
 
@@ -52,8 +52,8 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     from contextlib import ExitStack
 
     from research.config import load_run_setup
-    from research.guarantees import check_sandbox
-    from research.loop import ResearchLoop
+    from research.loop.guarantees import check_sandbox
+    from research.loop.research_loop import ResearchLoop
 
     if only not in ONLY:
         raise RunStateError(f"replay --only must be one of {', '.join(ONLY)}, got {only!r}")
@@ -127,8 +127,8 @@ class RecordedProposer(Proposer):
 def _replay_step(loop: Any, rec: ExperimentRecord) -> dict[str, Any]:
     """One recorded step through the loop's own stages (screens, evaluation, paired test, check,
     decision, journal), so a decision that differs is a real difference, not a different rule."""
-    from research.experiment import Experiment
     from research.failures import FailureClass, _failure
+    from research.loop.experiment import Experiment
 
     st = loop.state
     step = _step(rec)
@@ -147,7 +147,7 @@ def _replay_step(loop: Any, rec: ExperimentRecord) -> dict[str, Any]:
         loop.finish(new, None, None)
         return step
     else:
-        Experiment(loop, RecordedProposer(rec)).run()
+        Experiment(loop.run_context(), RecordedProposer(rec)).run()
     return _outcome(step, rec, loop.records[-1])
 
 
@@ -167,12 +167,12 @@ def rounds(steps: list[ExperimentRecord]) -> list[list[ExperimentRecord]]:
 
 
 def _replay_round(loop: Any, recs: list[ExperimentRecord]) -> list[dict[str, Any]]:
-    """One recorded round through research.round: its candidates measured together and decided by the
+    """One recorded round through research.loop.round: its candidates measured together and decided by the
     round's rule (the best passing one taken, the others not taken)."""
-    from research.round import Round
+    from research.loop.round import Round
 
     loop.state.next_index = recs[0].index
-    Round(loop, [RecordedProposer(r) for r in recs]).run()
+    Round(loop.run_context(), [RecordedProposer(r) for r in recs]).run()
     return [_outcome(_step(rec), rec, new) for rec, new in zip(recs, loop.records[-len(recs):])]
 
 

@@ -76,6 +76,22 @@ def mrr(retrieved: Sequence[str], evidence: Sequence[str]) -> float | None:
     return 0.0
 
 
+def budgeted_key(metric: str, budget: int) -> str:
+    """``context_recall@1000``: the metric's name with the context budget it was counted at, so two figures
+    measured under different budgets never sit under one name (MLflow logs it as ``context_recall_1000``)."""
+    return f"{metric}@{budget}"
+
+
+def one_budget(budgets: Iterable[int | None]) -> int | None:
+    """The single context budget a set of scored rows was cut at (None: no cut).
+
+    Rows cut at different budgets count different evidence, so a mean over them measures nothing: refused."""
+    found = set(budgets)
+    if len(found) > 1:
+        raise InputError(f"scored rows were cut at different context budgets: {sorted(found, key=str)}")
+    return next(iter(found), None)
+
+
 @dataclass(frozen=True, slots=True)
 class RetrievalRecord:
     """What one question's retrieval produced, as the runner measured it."""

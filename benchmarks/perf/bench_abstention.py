@@ -6,7 +6,7 @@ the named speaker's best content match minus anyone else's) is computed for ever
 for each threshold we report how many category-5 and category-1-4 questions would abstain, and the
 change of ``all_honest`` it implies if an abstained category 1-4 question had scored the reader's
 mean F1 (``--reader-f1``, default 0.461: omni's category 1-4 F1 in issue #14) — an estimate,
-to be checked with the reader (docs/figures.md says which).
+to be checked with the reader (docs/history.md, "Calibrated abstention", says which).
 
 ``--signal`` picks the margin (``answer.abstain_signal``): ``speaker`` (who said the best turn) or
 ``subject`` (whom the best statement is about). ``attribution`` is the check made after the reply
@@ -27,7 +27,6 @@ Usage: ``python -m benchmarks.perf.bench_abstention [--split dev] [--signal subj
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.perf.stores import split_memories
-from harness.atomic import atomic_write_text
+from harness.bench_output import command, load_average, write_json
 from harness.paths import runs_dir
 from memsys.retrieve.support import SIGNALS
 
@@ -113,15 +112,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = sweep(rows, args.reader_f1)
     best = max(table, key=lambda r: r["est_all_honest_delta"])
     ms = np.array(seconds) * 1e3
-    report = {"command": " ".join(["python -m benchmarks.perf.bench_abstention", *(argv or sys.argv[1:])]),
+    report = {"command": command("benchmarks.perf.bench_abstention", argv),
               "split": args.split, "preset": args.preset, "signal": args.signal, "reader_f1": args.reader_f1, "n": len(rows),
               "named_one_speaker": sum(m is not None for _, _, m in rows), "sweep": table, "best": best,
               "signal_ms": {"cache": "warm" if args.warm_cache else "fresh", "mean": round(float(ms.mean()), 1),
                             "p50": round(float(np.percentile(ms, 50)), 1), "p95": round(float(np.percentile(ms, 95)), 1)},
-              "load_average_end": [round(x, 2) for x in os.getloadavg()]}
+              "load_average_end": load_average()}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(report, indent=2))
+    write_json(out, report)
     for r in table:
         print(r)
     print(f"best: {best}\nsignal_ms: {report['signal_ms']}\nwrote {out}")

@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a plain script
 
 from benchmarks.datasets.locomo import load_locomo  # noqa: E402
+from harness.bench_output import write_json  # noqa: E402
 from harness.paths import runs_dir  # noqa: E402
 from memsys.config import EmbedderConfig, GraphConfig  # noqa: E402
 from memsys.embed import make_embedder  # noqa: E402
@@ -247,8 +248,7 @@ def _write_result(result: dict[str, Any], out: Path, llm_turns: int, first_maus:
         previous = json.loads(out.read_text(encoding="utf-8")).get("llm_path")
         if previous:
             result["llm_path"] = previous
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_json(out, result)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

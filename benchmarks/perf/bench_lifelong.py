@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,14 +40,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a pl
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from benchmarks.datasets.locomo import load_locomo  # noqa: E402
-from benchmarks.datasets.memgallery import load_memgallery  # noqa: E402
-from benchmarks.haystack import HaystackItem, distractor_sources, generate_haystack, planted_items  # noqa: E402
+from benchmarks.haystack import HaystackItem, generate_haystack, planted_items  # noqa: E402
 from benchmarks.metrics.retrieval import evidence_recall_at_k  # noqa: E402
-from harness.atomic import atomic_write_json  # noqa: E402
-from memsys.config import EmbedderConfig, IndexConfig, TextNoveltyConfig  # noqa: E402
-from memsys.embed import make_embedder  # noqa: E402
-from memsys.index.dense import top_k_exact  # noqa: E402
+from benchmarks.perf.bench_lifelong_parts import part_crash, part_dense, part_embed, part_sparse  # noqa: E402
+from benchmarks.perf.lifelong_data import (  # noqa: E402
+    BATCH,
+    NOISE_SIGMA,
+    K,
+    ann_recall,
+    base_vectors,
+    batches,
+    corpus,
+    item_vectors,
+    pct,
+)
+from harness.bench_output import write_json  # noqa: E402
+from memsys.config import IndexConfig, TextNoveltyConfig  # noqa: E402
 from memsys.index.scope import Scope  # noqa: E402
 from memsys.ingest.text_gate import TextNoveltyGate  # noqa: E402
 from memsys.records import MAU  # noqa: E402
@@ -57,59 +64,10 @@ from memsys.retrieve.pyramid import RankedCandidate  # noqa: E402
 from memsys.retrieve.rerank import speaker_first  # noqa: E402
 from memsys.store.store import MemoryStore  # noqa: E402
 
-K = 20
-NOISE_SIGMA = 0.0247  # per-dimension noise: cosine ~0.9 between a distractor and its source turn (384-d)
-BATCH = 1000
-
-
-def corpus(seed: int):
-    lo, mg = load_locomo(), load_memgallery()
-    planted = lo.conversations[0]
-    return planted, distractor_sources([lo, mg], planted.id)
-
-
-def base_vectors(planted, sources) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Real MiniLM vectors of every source turn, planted turn and planted question (cached by text)."""
-    emb = make_embedder(EmbedderConfig())
-    texts: dict[str, str] = {}
-    for conv in [planted, *sources]:
-        for it in planted_items(conv):
-            texts[it.source_key] = it.text
-    keys = list(texts)
-    vecs = emb.embed([texts[k] for k in keys])
-    qs = [q for q in planted.questions if q.evidence and q.category in ("1", "2", "3", "4")]
-    qv = emb.embed([q.question for q in qs])
-    return dict(zip(keys, vecs)), {q.id: v for q, v in zip(qs, qv)}
-
-
-def item_vectors(items: list[HaystackItem], base: dict[str, np.ndarray], start: int) -> np.ndarray:
-    out = np.stack([base[it.source_key] for it in items]).astype(np.float32)
-    noisy = np.array([not it.planted for it in items])
-    if noisy.any():
-        rng = np.random.default_rng(start)
-        out[noisy] += rng.normal(0, NOISE_SIGMA, (int(noisy.sum()), out.shape[1])).astype(np.float32)
-        out /= np.linalg.norm(out, axis=1, keepdims=True)
-    return out
-
 
 def to_mau(it: HaystackItem, vec: np.ndarray) -> MAU:
     return MAU(it.id, it.text, timestamp=it.timestamp, session_id=it.conversation, speaker=it.speaker or None,
                details={"user": it.user, "conversation": it.conversation}, embedding=vec)
-
-
-def batches(items: Iterator[HaystackItem], n: int) -> Iterator[list[HaystackItem]]:
-    buf: list[HaystackItem] = []
-    for it in items:
-        buf.append(it)
-        if len(buf) == n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
 
 
 # ------------------------------------------------------------------ lifelong (one size per child)
@@ -217,43 +175,6 @@ def evaluate(store: MemoryStore, qvecs, planted, scope: Scope | None, speakers: 
     return out
 
 
-def ann_recall(dense, queries: list[np.ndarray]) -> list[dict[str, Any]]:
-    """Recall@20 of the ANN index against exact search, and its latency, over its search knob
-    (IVF nprobe / HNSW efSearch); the configured value is marked."""
-    if dense.kind == "flat":
-        return []
-    vecs = dense.vectors() if dense.kind == "hnsw" else None
-    exact = []
-    for v in queries:
-        if vecs is None:  # IVF keeps vectors in lists: one exact pass over a flat copy, in chunks
-            exact.append(_exact_ivf(dense, v))
-        else:
-            exact.append({p for p, _ in top_k_exact(vecs, v, K)})
-    knob = "ivf_nprobe" if dense.kind == "ivf" else "hnsw_ef_search"
-    configured = getattr(dense.cfg, knob)
-    out = []
-    for value in sorted({16, 32, 64, 128, 256, configured}):
-        dense.cfg = replace(dense.cfg, **{knob: value})
-        lat, hits = [], []
-        for v, ex in zip(queries, exact):
-            t0 = time.perf_counter()
-            got = {p for p, _ in dense.search(v, K)}
-            lat.append((time.perf_counter() - t0) * 1e3)
-            hits.append(len(ex & got) / K)
-        out.append({knob: value, "configured": value == configured, "recall_at_20": float(np.mean(hits)),
-                    "p50_ms": pct(lat, 50), "p95_ms": pct(lat, 95)})
-    dense.cfg = replace(dense.cfg, **{knob: configured})
-    return out
-
-
-def _exact_ivf(dense, v: np.ndarray, chunk: int = 100_000) -> set[int]:
-    best: list[tuple[int, float]] = []
-    for s in range(0, len(dense), chunk):
-        part = dense._index.reconstruct_n(s, min(chunk, len(dense) - s))
-        best = sorted(best + [(p + s, sc) for p, sc in top_k_exact(part, v, K)], key=lambda h: -h[1])[:K]
-    return {p for p, _ in best}
-
-
 def noting_speakers(items: Iterator[HaystackItem], speakers: set[str]) -> Iterator[HaystackItem]:
     """The stream unchanged, each item's speaker added to ``speakers`` as it passes: what a retriever
     over this store knows as its speakers, collected during the one pass over the haystack (at 1M a
@@ -308,6 +229,10 @@ def part_lifelong(sizes: list[int], seed: int, ingest_only: bool = False) -> lis
 
 
 # ------------------------------------------------------------------ main
+#: the parts of bench_lifelong_parts.py, by their ``--parts`` name (``lifelong`` and ``ingest`` are part_lifelong's)
+OTHER_PARTS = {"dense": part_dense, "sparse": part_sparse, "embed": part_embed, "crash": part_crash}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000")
@@ -321,7 +246,7 @@ def main() -> None:
                     help="part sparse: which indexes to compare with exact BM25")
     args = ap.parse_args()
     if args.child_size:
-        atomic_write_json(Path(args.out), run_size(args.child_size, args.seed, Path(args.workdir), IndexConfig(),
+        write_json(Path(args.out), run_size(args.child_size, args.seed, Path(args.workdir), IndexConfig(),
                                                    args.ingest_only))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -336,12 +261,10 @@ def main() -> None:
         if part in ("lifelong", "ingest"):
             report[part] = part_lifelong(sizes, args.seed, ingest_only=part == "ingest")
         else:
-            from benchmarks.perf import bench_lifelong_parts as parts
-
             extra = {"kinds": tuple(args.sparse_kinds.split(","))} if part == "sparse" else {}
-            report[part] = getattr(parts, f"part_{part}")(sizes, args.seed, **extra)
+            report[part] = OTHER_PARTS[part](sizes, args.seed, **extra)
         report["load_avg_end"] = list(os.getloadavg())
-        atomic_write_json(out, report)
+        write_json(out, report)
     print(json.dumps(report, indent=1))
 
 

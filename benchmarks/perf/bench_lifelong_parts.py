@@ -18,7 +18,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.haystack import generate_haystack
-from benchmarks.perf.bench_lifelong import (
+from benchmarks.perf.lifelong_data import (
     BATCH,
     K,
     ann_recall,

@@ -33,12 +33,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # runnable as a plain script
 
+from harness.bench_output import write_json  # noqa: E402
 from harness.errors import LLMResponseFormatError  # noqa: E402
 from harness.paths import data_dir, runs_dir  # noqa: E402
+from harness.reply_cache import request_key  # noqa: E402
 from harness.tokens import count_tokens, tokenizer_name  # noqa: E402
 from memsys.config import LLMConfig, LocalLLMConfig  # noqa: E402
 from memsys.llm import LLMClient, ResponseCache  # noqa: E402
-from memsys.llm.cache import request_key  # noqa: E402
 from memsys.llm.local import shared_server  # noqa: E402
 
 SYSTEM = "You answer questions about a conversation. Use only the conversation. Answer in a few words."
@@ -241,9 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         client.close()
     result["machine"]["loadavg_after"] = os.getloadavg()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(Path(args.out), result)
     print(json.dumps(result, indent=2))
     return result
 

@@ -49,6 +49,7 @@ if __package__ in (None, ""):  # run as a file: make the repo root importable
 
 import numpy as np  # noqa: E402
 
+from harness.bench_output import write_json  # noqa: E402
 from harness.paths import data_dir, runs_dir  # noqa: E402
 from harness.tokens import count_tokens  # noqa: E402
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
@@ -541,10 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=runs_dir() / "bench" / "media.json")
     args = parser.parse_args(argv)
     report = run_bench(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -32,7 +32,6 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -44,6 +43,7 @@ from tqdm import tqdm  # noqa: E402
 from benchmarks.datasets.locomo import load_locomo  # noqa: E402
 from benchmarks.metrics.retrieval import evidence_recall_at_k  # noqa: E402
 from benchmarks.perf.stores import memsys_turns  # noqa: E402
+from harness.bench_output import load_average, utc_now, write_json  # noqa: E402
 from harness.paths import runs_dir  # noqa: E402
 from memsys.config import EmbedderConfig, MemoryConfig, load_memory_config  # noqa: E402
 from memsys.embed import Embedder, make_embedder  # noqa: E402
@@ -259,7 +259,7 @@ def environment() -> dict[str, Any]:
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "faiss": faiss.__version__, "bm25s": bm25s.__version__,
             "sentence_transformers": sentence_transformers.__version__,
-            "load_average_start": [round(x, 2) for x in os.getloadavg()]}
+            "load_average_start": load_average()}
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -285,7 +285,7 @@ class _Run:
 
 def _header(bench: Any, convs: list[Any], questions: list[Any]) -> dict[str, Any]:
     return {
-        "benchmark": "memsys-core", "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "benchmark": "memsys-core", "created": utc_now(),
         "command": " ".join([Path(sys.executable).name, *sys.argv]), "environment": environment(),
         "data": {"dataset": "locomo", "sha256": bench.sha256, "conversations": len(convs),
                  "turns": sum(len(s.turns) for c in convs for s in c.sessions), "questions": len(questions),
@@ -362,15 +362,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             for mem in mems.values():
                 mem.close()
-        result["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+        result["environment"]["load_average_end"] = load_average()
         result["seconds_total"] = round(time.perf_counter() - started, 1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    text = json.dumps(result, indent=2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
+    write_json(args.out, result)
+    print(json.dumps(result, indent=2))
     return result
 
 

@@ -17,7 +17,7 @@ For each signal: its AUC (the chance that a random answerable question scores hi
 AR one; 0.5 is no separation), and, abstaining below thresholds at AR's own quantiles, the share of
 AR and of the other questions that would abstain. ``f1_change`` estimates Mem-Gallery's F1 over all
 questions if an abstention scored ``f1(ABSTAIN_TEXT, "Not mentioned.")`` on AR and cost the reader's
-mean F1 (``--reader-f1``, default 0.410: ``omni`` with image ids on dev ``small``, docs/figures.md)
+mean F1 (``--reader-f1``, default 0.410: ``omni`` with image ids on dev ``small``, docs/results.md)
 on any other question, and an AR question answered scored 0 (it does with this reader). An estimate;
 the reader decides.
 
@@ -30,7 +30,6 @@ Usage: ``python -m benchmarks.perf.bench_refusal [--split all] [--preset omni] [
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from tqdm import tqdm
 from benchmarks.metrics.memgallery import memgallery_f1
 from benchmarks.metrics.text import stem_tokens
 from benchmarks.perf.stores import memsys_turns, split_memories
-from harness.atomic import atomic_write_text
+from harness.bench_output import write_json
 from harness.paths import runs_dir
 from memsys.index.sparse import tokenize
 
@@ -134,8 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "overrides": a.override, **report(rows, reader_f1=a.reader_f1),
            "rows": [asdict(r) for r in rows]}
     path = a.out or runs_dir() / "bench" / "refusal.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(out, indent=1))
+    write_json(path, out)
     for s in out["signals"]:
         cells = ", ".join(f"<{t['threshold']}: AR {t['ar_abstain']:.2f} other {t['other_abstain']:.2f} "
                           f"F1 {t['f1_change']:+.3f}" for t in s["thresholds"])

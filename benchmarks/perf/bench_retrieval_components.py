@@ -15,7 +15,7 @@ and category 5 apart (it has little evidence). Mem-Gallery (caption mode offline
 pooled ("all"), each apart. Each variant also keeps its per-question recall@20 (categories 1-4,
 ``per_question``), so two variants can be compared question by question::
 
-    python -c "import json, sys; from research.stats import paired_test; v = json.load(open(sys.argv[1]))['variants'];
+    python -c "import json, sys; from research.evaluation.stats import paired_test; v = json.load(open(sys.argv[1]))['variants'];
     print(paired_test(v[sys.argv[2]]['per_question'], v[sys.argv[3]]['per_question']))" OUT.json A B
 
 Usage::
@@ -27,13 +27,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,7 +41,7 @@ from benchmarks.datasets import load_benchmark
 from benchmarks.scoring import score_answers
 from benchmarks.splits import load_benchmark_config, select
 from benchmarks.views import write_public_view
-from harness.atomic import atomic_write_text
+from harness.bench_output import utc_now, write_json
 from harness.paths import runs_dir
 from harness.views import VIEW_FILE, PredictRequest, read_answers
 
@@ -143,7 +141,7 @@ def summarize(rows: list[dict[str, Any]], key: str, k: int | None = None) -> dic
 
 def per_question_recall(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
     """Question id -> evidence recall@k, categories 1-4 with evidence: what a paired comparison of two
-    variants on the same questions needs (``research.stats.paired_test`` reads two of these)."""
+    variants on the same questions needs (``research.evaluation.stats.paired_test`` reads two of these)."""
     return {r["question_id"]: round(_row_recall(r, "retrieved_ids", k), 4)
             for r in rows if r["evidence"] and r["category"] in CATS_1_4}
 
@@ -219,10 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     report = measure(variants, args.split, args.sample, budgets, args.benchmark)
     report.update(wall_s=round(time.perf_counter() - t0, 1), host=platform.node(),
-                  when=datetime.now(timezone.utc).isoformat(timespec="seconds"), argv=sys.argv[1:])
+                  when=utc_now(), argv=sys.argv[1:])
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(report, indent=2))
+    write_json(out, report)
     print(table(report))
     print(f"wrote {out}")
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from harness.bench_output import write_json  # noqa: E402
 from sandbox import SandboxSpec, make_sandbox  # noqa: E402
 
 TARGET_OVERHEAD_S = 0.5
@@ -102,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/bench/sandbox.json"))
     args = parser.parse_args(argv)
     report = run_bench(args.repeats)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, report)
     print(json.dumps(report, indent=2))
     return 0
 

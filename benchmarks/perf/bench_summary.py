@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 from benchmarks.datasets import load_benchmark
 from benchmarks.splits import load_benchmark_config, select
-from harness.atomic import atomic_write_text
+from harness.bench_output import write_json
 from harness.paths import runs_dir
 from harness.tokens import count_tokens
 from memsys.config import PyramidConfig
@@ -122,8 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "repeats": args.repeats, "load_avg": os.getloadavg(), "python": platform.python_version(),
               **measure(questions, args.cap, args.repeats)}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(report, indent=2))
+    write_json(out, report)
     print(json.dumps(report, indent=2))
     print(f"wrote {out}")
     return 0

@@ -3,7 +3,7 @@
 Why: LoCoMo's category 5 questions name one speaker for what the other did ("What did Melanie
 realize after the race?" when Caroline ran it). Retrieval's margin (memsys/retrieve/support.py)
 has to guess from the question which turn holds the content. The 1.5B reader is sure of its trap
-answers, so its token confidence does not help either (docs/figures.md, "Calibrated abstention").
+answers, so its token confidence does not help either (docs/history.md, "Calibrated abstention").
 But the reader's answer shows which memory it used: a small reader copies words. When the answer's
 words are in a statement about another speaker, and less so or not at all in any statement about
 the speaker the question names, the answer belongs to someone else, and the honest reply is "not

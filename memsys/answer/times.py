@@ -2,7 +2,7 @@
 
 Why: a small reader asked "When did Melanie go to the museum?" copies the memory's own words,
 "Yesterday", although the memory line it read carries the resolution ("Yesterday = 5 July 2023").
-On LoCoMo dev that was 9 of the embedded reader's temporal answers (docs/figures.md, "Relative times
+On LoCoMo dev that was 9 of the embedded reader's temporal answers (docs/history.md, "Relative times
 in answers"). Ingestion already resolved every such expression against its session date
 (memsys/temporal.py); here an expression in the answer takes the resolution of the highest-ranked
 memory in the context that says it. An answer that is only the expression becomes the date; one that

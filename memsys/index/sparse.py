@@ -1,7 +1,7 @@
 """Sparse index: BM25 over MAU text.
 
 Two interchangeable backends on the same tokenizer, so they can be compared on the
-same data (benchmarks/perf/bench_retrieval.py): ``bm25s`` (default, measured faster)
+same data (benchmarks/perf/bench_memsys.py): ``bm25s`` (default, measured faster)
 and ``rank_bm25`` (BM25Okapi, the reference implementation).
 """
 

@@ -1,7 +1,7 @@
 """Incremental, durable BM25: a tantivy index on disk next to the hot tier.
 
 Why tantivy: measured against SQLite FTS5's bm25 and segmented bm25s on the lifelong
-haystack (docs/figures.md, "Lifelong scale"), it answers in well under a millisecond at
+haystack (docs/results.md, "Lifelong scale"), it answers in well under a millisecond at
 1M documents where FTS5 needs tens to hundreds, takes additions as new segments (no
 rebuild), and its commits are atomic (a killed writer leaves the last commit intact).
 

@@ -1,6 +1,6 @@
 """Text novelty gate: Jaccard overlap of word sets against recent accepted summaries.
 
-Released SimpleMem behaviour (DESIGN.md): overlap > 0.8 rejects as redundant,
+Released SimpleMem behaviour (docs/design.md section 2): overlap > 0.8 rejects as redundant,
 0.5-0.8 is "uncertain" but kept, compared against the last 50 accepted texts.
 
 The rule is computed through an inverted index of the window (word -> bit mask of the slots

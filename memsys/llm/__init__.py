@@ -13,10 +13,10 @@ Importing this package is cheap: the ``openai`` SDK loads when a client is built
 llama.cpp only ever runs in a child process.
 """
 
-from memsys.llm.budget import Budget, BudgetState, UsageLog, UsageRecord, UsageTotals, cost_usd
-from memsys.llm.cache import CacheStats, ResponseCache, request_key
+from harness.llm_budget import Budget, BudgetState, UsageLog, UsageRecord, UsageTotals, cost_usd
+from harness.reply_cache import CacheStats, ResponseCache, request_key
+from harness.structured_output import parse_json_reply, response_format_for
 from memsys.llm.client import LLMClient, LLMReply, open_llm
-from memsys.llm.structured import parse_json_reply, response_format_for
 
 __all__ = [
     "Budget",

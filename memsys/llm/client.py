@@ -5,16 +5,16 @@ Why our own wrapper around the ``openai`` SDK: the benchmark runner and the
 research loop need (1) a retry policy they control -- backoff on 429/5xx/timeouts,
 never on 401/403 -- with failures mapped to the typed errors of
 :mod:`memsys.errors` so the healer can classify them; (2) replayable replies
-(:class:`~memsys.llm.cache.ResponseCache`); (3) a hard cap enforced *before* a call
-(:class:`~memsys.llm.budget.Budget`); (4) per-call accounting
-(:class:`~memsys.llm.budget.UsageLog`). The SDK's own retries are switched off so
+(:class:`~harness.reply_cache.ResponseCache`); (3) a hard cap enforced *before* a call
+(:class:`~harness.llm_budget.Budget`); (4) per-call accounting
+(:class:`~harness.llm_budget.UsageLog`). The SDK's own retries are switched off so
 there is exactly one policy. The client is thread-safe: the SDK client is, and
 every piece of shared state here has its own lock.
 
 The API key is read from ``os.environ[cfg.api_key_env]`` at construction and only
 handed to the SDK; it is never logged, cached or put in a message. Inside the
 research loop's sandbox there is no network and no key: when ``$MEMSYS_LLM_UDS``
-names the socket of the loop's LLM gateway (``research/gateway.py``), every call
+names the socket of the loop's LLM gateway (``research/gateway/service.py``), every call
 goes over that socket with a placeholder key, and the gateway adds the real one.
 """
 
@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 from urllib.parse import urlsplit
 
+from harness.llm_budget import Budget, UsageLog, UsageRecord, cost_usd
+from harness.paths import GATEWAY_SOCKET_ENV  # the gateway's socket, when set: every call goes over it
+from harness.reply_cache import ResponseCache, request_key
+from harness.structured_output import excerpt, parse_json_reply, response_format_for, to_llama_cpp_format
 from memsys.config import LLMConfig
 from memsys.errors import (
     BudgetExceededError,
@@ -43,9 +47,6 @@ from memsys.errors import (
     MemsysError,
     MissingDependencyError,
 )
-from memsys.llm.budget import Budget, UsageLog, UsageRecord, cost_usd
-from memsys.llm.cache import ResponseCache, request_key
-from memsys.llm.structured import excerpt, parse_json_reply, response_format_for, to_llama_cpp_format
 from memsys.tokens import count_message_tokens, count_tokens
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,6 @@ PLACEHOLDER_API_KEY = "sk-local"
 #: never wait longer than this for one backoff, whatever Retry-After says
 MAX_BACKOFF_S = 60.0
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
-#: names the Unix socket of the research loop's LLM gateway; when set, every call goes over it
-GATEWAY_SOCKET_ENV = "MEMSYS_LLM_UDS"
 #: base URL over the gateway socket when the config names none (the host part is not used to connect)
 GATEWAY_BASE_URL = "http://gateway/v1"
 

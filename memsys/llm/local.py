@@ -90,6 +90,9 @@ class ServerSettings:
     n_threads: int
     port: int = 0
     startup_timeout_s: float = 180.0
+    # more ``llama_cpp.server`` flags, as (flag, value, ...): a bench tries a server setting with them
+    # (research/perf/bench_reader_speed.py) before it becomes a field of its own
+    extra_args: tuple[str, ...] = ()
 
 
 class LocalServer:
@@ -114,7 +117,7 @@ class LocalServer:
             "--model", str(s.model_path), "--model_alias", s.alias,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(s.n_ctx), "--n_threads", str(s.n_threads), "--n_threads_batch", str(s.n_threads),
-            "--verbose", "False",
+            "--verbose", "False", *s.extra_args,
         ]
 
     def start(self) -> "LocalServer":

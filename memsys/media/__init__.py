@@ -1,7 +1,7 @@
 """Images, audio and video as Multimodal Atomic Units (MAUs).
 
 Every media item goes through a novelty gate before anything is stored
-(DESIGN.md section 2), then becomes MAUs whose *summary* (caption, transcript or
+(docs/design.md section 2), then becomes MAUs whose *summary* (caption, transcript or
 a "[speech segment 12.3-15.8 s]" placeholder) is embedded in the text space by
 ``Memory.add_maus``, so text queries find media; the raw bytes go to the cold
 tier (content-addressed: the same bytes are stored once) and come back at

@@ -75,7 +75,7 @@ class PerceptualImageEncoder(ImageEncoder):
 
     Mean-centring makes unrelated pictures score near 0 and the same picture
     (re-encoded, resized, slightly shifted) score above 0.9, so the CLIP thresholds
-    of DESIGN.md (0.9 / 0.7) keep their meaning. A flat (constant) image has no
+    of docs/design.md section 2 (0.9 / 0.7) keep their meaning. A flat (constant) image has no
     texture: its thumbnail and hash blocks are zero and only the colour counts.
     """
 

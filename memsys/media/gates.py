@@ -1,4 +1,4 @@
-"""Novelty gates for media, run before anything is stored (DESIGN.md section 2).
+"""Novelty gates for media, run before anything is stored (docs/design.md section 2).
 
 Pure decision logic: the gates see numbers (vectors, probabilities, energies) or
 word sets, never files, so they are unit-testable and reusable by the benchmark.

@@ -1,6 +1,6 @@
 """Merge strategies for dense and sparse hit lists. Pure functions.
 
-``merge_set_union`` is the pipeline's discovery (DESIGN.md): the dense list in its
+``merge_set_union`` is the pipeline's discovery (docs/design.md section 2): the dense list in its
 own order, then the BM25-only hits in BM25 order; dense order is never re-sorted.
 ``rrf`` and ``linear`` are the conventional score fusions the paper found worse;
 they stay so the ablation can be rerun.

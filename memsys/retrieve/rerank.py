@@ -1,6 +1,6 @@
 """Steps after the merge that put the evidence higher: pure functions over the candidate list.
 
-Why each (issue #14, measured in docs/figures.md "Memory quality"):
+Why each (issue #14, measured in docs/history.md "Memory quality (issue #14)"):
 - ``speaker_first``: nearly every LoCoMo question names whose turn it is about; among the
   candidates, that speaker's turns move ahead of the others (stable, so each group keeps the
   merge's order). Only when the query names some but not all of the store's speakers.

@@ -6,7 +6,7 @@ The top similarity says nothing there (the index text carries the speaker, so th
 speaker's turns always score high); what tells is who said the best-matching *content*. The
 margin compares the query without speaker names against the candidates' own words: the best
 turn of the named speaker minus the best turn of anyone else. Negative: someone else said it.
-Measured on LoCoMo dev (docs/figures.md, "Memory quality"): at margin < -0.08, 30% of category
+Measured on LoCoMo dev (docs/history.md, "Memory quality (issue #14)"): at margin < -0.08, 30% of category
 5 questions and 12% of categories 1-4 abstain.
 
 Who *said* a turn is not who it is *about*. "Your painting is lovely" is about the listener, and a
@@ -17,7 +17,7 @@ questions have their evidence in the other speaker's turns and 3% of categories 
 is the signal; which turn holds the content is what retrieval can only estimate. At margin < -0.1
 (answer.abstain_margin's default, chosen on dev) the subject margin abstains on 52% of dev's category 5
 and 3.9% of its categories 1-4; on the held-out test split, 41% and 3.8% (the speaker margin at 0.12:
-15% and 8.5%). docs/figures.md, "Calibrated abstention", has both signals on both splits.
+15% and 8.5%). docs/history.md, "Calibrated abstention", has both signals on both splits.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from memsys.config import IndexConfig
 from memsys.index.dense import DenseIndex
 from memsys.index.scope import ScopeFields, scope_fields
 from memsys.index.tantivy_bm25 import IndexedText, TantivyIndex
-from memsys.ingest.index_text import LEGACY_INDEX_TEXT, index_text
+from memsys.index.text import LEGACY_INDEX_TEXT, index_text
 from memsys.records import MAU
 from memsys.store.hot import HotTier
 
@@ -32,7 +32,7 @@ CATCH_UP_CHUNK = 20_000  # rows read from the hot tier per step of a catch-up
 
 def sparse_text(m: MAU, fields: str, index_fields: str = LEGACY_INDEX_TEXT) -> str:
     """What BM25 indexes for a MAU: its summary, and optionally the detail text, headed by the
-    speaker (and date) when ``index_fields`` asks (memsys.ingest.index_text)."""
+    speaker (and date) when ``index_fields`` asks (memsys.index.text)."""
     if fields == "summary":
         body = m.summary
     else:

@@ -35,7 +35,7 @@ from memsys.index.dense import DenseIndex
 from memsys.index.scope import Scope, scope_fields
 from memsys.index.sparse import SparseIndex, make_sparse_index
 from memsys.index.tantivy_bm25 import TantivyIndex
-from memsys.ingest.index_text import LEGACY_INDEX_TEXT
+from memsys.index.text import LEGACY_INDEX_TEXT
 from memsys.records import MAU, Status
 from memsys.store.atomic import atomic_write_json, sha256_file
 from memsys.store.cold import ColdStore

@@ -18,7 +18,7 @@ after the reply, from the reply's own log-probabilities, so a run made with
 ``answer.abstain_logprob`` (``--signal confidence``).
 
 Each composed row is compared with its base run on the same questions, using the loop's paired
-test (research.stats). The margins come from the retriever's own signal (memsys.retrieve.support)
+test (research.evaluation.stats). The margins come from the retriever's own signal (memsys.retrieve.support)
 over the same preset's candidates (benchmarks.perf.bench_abstention.margins).
 
 Usage::
@@ -42,12 +42,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from harness.bench_output import command, write_result
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.perf.output import command, write_result
+from research.evaluation.stats import per_question
 from research.perf.reader_runs import abstained as abstained_row
 from research.perf.reader_runs import format_paired, mean4, named, paired, read_run
-from research.stats import per_question
 
 MARGINS = (0.0, 0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2)
 LOGPROBS = (-0.25, -0.5, -0.75, -1.0, -1.5, -2.0)

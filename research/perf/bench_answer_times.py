@@ -10,7 +10,7 @@ memsys/answer/attribution.py) also acts after the reply, from the answer and tha
 composes too: where it finds the answer is another speaker's, the row becomes the abstention text (the
 reader was asked: its context stays). So ``--presets omni=omni`` on a run made with ``answer.abstain=off``
 gives the shipped ``omni``'s figure, with or without the two levers on in the run. Each run is compared with the composed run on the same questions with the
-loop's paired test (research.stats).
+loop's paired test (research.evaluation.stats).
 
 Usage::
 
@@ -33,11 +33,11 @@ from typing import Any, Mapping, Sequence
 
 from tqdm import tqdm
 
+from harness.bench_output import command, write_result
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.perf.output import command, write_result
+from research.evaluation.stats import per_question
 from research.perf.reader_runs import abstained, format_paired, mean4, named, paired, presets, read_run
-from research.stats import per_question
 
 OBJECTIVES = ("f1_cat1_4", "all_honest")
 

@@ -30,7 +30,7 @@ EXTRA: list[str] = []  # overrides every evaluation of this invocation gets (e.g
 
 def _eval(overrides: list[str], llm=None):
     from benchmarks.config import load_eval_setup
-    from research.fixed_eval import run_in_process
+    from research.evaluation.fixed import run_in_process
 
     setup = load_eval_setup([*overrides, *EXTRA])
     return run_in_process(setup, [*overrides, *EXTRA], llm=llm)

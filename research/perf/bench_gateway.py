@@ -2,7 +2,7 @@
 
 Three processes, as in a real evaluation: the OpenAI-protocol test server
 (tests/support/openai_server.py, 127.0.0.1) stands in for the model server, this
-process runs :class:`research.gateway.LLMGateway` (Unix socket, with a budget and
+process runs :class:`research.gateway.service.LLMGateway` (Unix socket, with a budget and
 a price table, no cache) like the research loop does, and a worker process runs the
 real :class:`memsys.llm.client.LLMClient` like a sandboxed reader. The worker
 alternates a direct call (client -> test server) and a routed one (client ->
@@ -83,9 +83,9 @@ def worker(direct_url: str, socket_path: str, calls: int, warmup: int) -> dict[s
 
 
 def run(calls: int = 300, warmup: int = 30, nodelay_upstream: bool = True) -> dict[str, Any]:
-    from memsys.llm.budget import Budget
+    from harness.llm_budget import Budget
     from memsys.tokens import count_tokens
-    from research.gateway import LLMGateway
+    from research.gateway.service import LLMGateway
 
     count_tokens("load the tokenizer now")  # once per process (~0.2 s), not in the first call's overhead
     load_start = os.getloadavg()[0]  # the machine may be shared: both ends of the run are recorded

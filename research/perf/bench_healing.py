@@ -1,6 +1,6 @@
 """Fault injection through the real research loop: is each failure classified, healed, charged right?
 
-Why: self-healing (DESIGN.md section 4) is only worth its code if a failed experiment is
+Why: self-healing (docs/design.md section 4) is only worth its code if a failed experiment is
 classified as what it is, gets its targeted fix, and infrastructure failures never count
 against the agent. This drives the REAL ``ResearchLoop`` (git worktrees in a throwaway copy of
 this repo, ``benchmarks.cli eval`` in the sandbox, LoCoMo tiny sample) with a scripted
@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from research.workspace import make_scratch_repo
+from research.workspace.repo import make_scratch_repo
 
 if __package__ in (None, ""):  # run as a file: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -184,7 +184,7 @@ def _git(repo: Path, *args: str) -> str:
 def run_group(group: str, items: list[Injection], repo: Path, server: OpenAITestServer, script: Script,
               args: argparse.Namespace, sandbox: Any) -> dict[str, Any]:
     from research.config import load_run_setup
-    from research.loop import ResearchLoop
+    from research.loop.research_loop import ResearchLoop
 
     overrides = [
         f"reader={group}", "sample=tiny", "mlflow=false", "workers=2", "research.proposer=llm",

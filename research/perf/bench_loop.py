@@ -25,14 +25,14 @@ from harness.paths import REPO_ROOT
 
 def scratch_repo() -> Path:
     """A throwaway git repo with the project's code (the loop edits it, not this checkout)."""
-    from research.workspace import make_scratch_repo
+    from research.workspace.repo import make_scratch_repo
 
     return make_scratch_repo(Path(tempfile.mkdtemp(prefix="memsys-bench-loop-")) / "repo")
 
 
 def run_loop(overrides: list[str], run_id: str) -> tuple[list, float]:
     from research.config import load_run_setup
-    from research.loop import ResearchLoop
+    from research.loop.research_loop import ResearchLoop
 
     setup = load_run_setup(overrides + [f"run_id={run_id}"])
     loop = ResearchLoop(setup, run_id)

@@ -69,8 +69,8 @@ LOOP_BASE = ["memory=naive", "reader=none", "sample=tiny", "research.proposer=op
 
 def run_loop_command(k: int, stamp: str, extra: list[str]) -> dict[str, Any]:
     from harness.paths import runs_dir
-    from research.trajectory import read_trajectory
-    from research.workspace import make_scratch_repo
+    from research.journal.trajectory import read_trajectory
+    from research.workspace.repo import make_scratch_repo
 
     run_id = f"bench-parallel-k{k}-{stamp}"
     repo = make_scratch_repo(runs_dir() / "bench" / f"{run_id}-repo")
@@ -91,8 +91,8 @@ def measure_overhead(n: int) -> dict[str, Any]:
     import tempfile
 
     from research.config import RayConfig
-    from research.executor import LocalExecutor, RayExecutor
-    from research.worker import UntrustedTask
+    from research.execution.executor import LocalExecutor, RayExecutor
+    from research.execution.worker import UntrustedTask
     from sandbox import SandboxSpec, make_sandbox
 
     out = Path(tempfile.mkdtemp(prefix="bench-overhead-"))

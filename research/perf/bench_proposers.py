@@ -26,7 +26,7 @@ edit a scratch copy of the project (runs/bench/proposers-repo-<stamp>), never th
 
 ``--dry-run`` runs nothing: it only reads the run folders named by ``--runs`` (ids under runs/ or paths).
 ``--paired a,b`` also compares proposer a's best config with b's, seed by seed, on the same dev questions
-(the per-question scores of each best's own evaluation; research.stats.paired_test), and the seeds pooled.
+(the per-question scores of each best's own evaluation; research.evaluation.stats.paired_test), and the seeds pooled.
 This script drives research/ (an entry point, not part of the scorer package).
 """
 
@@ -47,8 +47,8 @@ from typing import Any, Sequence
 
 from harness.paths import REPO_ROOT, runs_dir
 from research.failures import IDENTICAL_TOLERANCE, FailureClass
-from research.taxonomy import best_so_far, delta_of, number, rejection_kind, run_summary
-from research.trajectory import ExperimentRecord, TrajectoryError
+from research.journal.taxonomy import best_so_far, delta_of, number, rejection_kind, run_summary
+from research.journal.trajectory import ExperimentRecord, TrajectoryError
 
 PROPOSERS = ("llm", "hybrid", "optuna", "random")
 SEEDS = (0, 1, 2)
@@ -186,8 +186,8 @@ def identify(run_id: str, config: dict[str, Any], records: Sequence[ExperimentRe
 def read_run(run_dir: Path) -> RunStats:
     """A run folder read back: trajectory, state.json, config.json and confirmation.json (what is missing
     becomes a warning)."""
-    from research.report_data import load_run
-    from research.rundir import RunDir
+    from research.loop.rundir import RunDir
+    from research.report.data import load_run
 
     run_dir = Path(run_dir)
     try:
@@ -210,9 +210,9 @@ def read_run(run_dir: Path) -> RunStats:
 def best_scores(run_dir: Path) -> dict[str, float]:
     """Per-question scores of a run's best config on its own dev evaluation: the last accepted experiment
     (where the best ref points), else the baseline. ValueError when its scored rows are gone."""
-    from research.diagnosis import read_rows
-    from research.report_data import load_run
-    from research.stats import per_question
+    from research.evaluation.diagnosis import read_rows
+    from research.evaluation.stats import per_question
+    from research.report.data import load_run
 
     run = load_run(Path(run_dir))
     kept = [r for r in run.records if r.decision in ("baseline", "proceed") and r.eval_dir]
@@ -228,7 +228,7 @@ def best_scores(run_dir: Path) -> dict[str, float]:
 def paired_between(runs: Sequence[RunStats], a: str, b: str) -> dict[str, Any]:
     """a's best minus b's best on the same questions, per seed both ran, and over those seeds pooled (each
     (seed, question) a unit: the mean difference of a seed-averaged comparison)."""
-    from research.stats import paired_test
+    from research.evaluation.stats import paired_test
 
     by = {(r.proposer, r.seed): r for r in runs if r.run_dir}
     seeds = sorted({s for p, s in by if p == a and (b, s) in by}, key=lambda s: (s is None, s))
@@ -446,7 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         stamp = time.strftime("%m%d-%H%M%S")
         if not any(w.startswith("research.repo=") for w in extra):
-            from research.workspace import make_scratch_repo
+            from research.workspace.repo import make_scratch_repo
 
             repo = make_scratch_repo(runs_dir() / "bench" / f"{OUT_NAME}-repo-{stamp}")
             extra = [*extra, f"research.repo={repo}"]

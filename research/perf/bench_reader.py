@@ -6,7 +6,7 @@ public view, answers in the sandbox, trusted scoring) under its own run id, so a
 resumes where it stopped (the run folder's resume plus the content-hashed reply cache) and a
 finished variant is read back, not answered again. Variants are compared on the questions they
 share with the reference, with the paired bootstrap CI and sign-flip test the loop's acceptance
-uses (``research.stats``): 100 questions leave a CI of several points, which the table shows.
+uses (``research.evaluation.stats``): 100 questions leave a CI of several points, which the table shows.
 
 Usage::
 
@@ -37,11 +37,11 @@ from typing import Any, Sequence
 
 from benchmarks.metrics.locomo import CATEGORIES as LOCOMO_CATEGORIES
 from benchmarks.metrics.memgallery import CATEGORIES as MEMGALLERY_CATEGORIES
+from harness.bench_output import command, write_result
 from harness.paths import REPO_ROOT, runs_dir
-from research.caches import code_namespace
-from research.diagnosis import context_of, read_rows
-from research.perf.output import command, write_result
-from research.stats import paired_test, per_question
+from research.evaluation.caches import code_namespace
+from research.evaluation.diagnosis import context_of, read_rows
+from research.evaluation.stats import paired_test, per_question
 
 DEFAULT_VARIANTS = "naive_rag,naive,omni,omni@1500=omni:memory.pyramid.budget_tokens=1500"
 COST = ("context_recall", "context_tokens", "prompt_tokens_per_q", "seconds_per_q")

@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from research.workspace import make_scratch_repo
+from research.workspace.repo import make_scratch_repo
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET = "configs/memory/naive.yaml"
@@ -110,9 +110,9 @@ def run(sample: str, cold: bool, keep: bool) -> dict[str, Any]:
     os.environ["MEMSYS_CACHE_DIR"] = str(tmp / "cache")  # isolated: no store or reply from earlier runs
     try:
         from research.config import load_run_setup
-        from research.loop import ResearchLoop
+        from research.journal.trajectory import read_trajectory
+        from research.loop.research_loop import ResearchLoop
         from research.replay import replay_run
-        from research.trajectory import read_trajectory
         from tests.support.openai_server import OpenAITestServer, Reply
 
         warm = 0.0 if cold else warm_up(sample)

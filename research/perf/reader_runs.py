@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from harness.paths import runs_dir
 from memsys.answer.generate import ABSTAIN_TEXT
-from research.stats import paired_test
+from research.evaluation.stats import paired_test
 
 
 def read_run(spec: str) -> tuple[Path, list[dict[str, Any]]]:
@@ -66,7 +66,7 @@ def mean4(values: Mapping[str, float]) -> float | None:
 
 
 def paired(candidate: Mapping[str, float], reference: Mapping[str, float]) -> dict[str, Any] | None:
-    """The loop's paired test (research.stats) as the benches report it; None without shared questions."""
+    """The loop's paired test (research.evaluation.stats) as the benches report it; None without shared questions."""
     if not set(candidate) & set(reference):
         return None
     t = paired_test(candidate, reference)

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.errors import MemsysError
 from research.errors import ProposalFormatError
-from research.trajectory import Edit, ExperimentRecord
+from research.journal.trajectory import Edit, ExperimentRecord
 
 #: the hypothesis of a hybrid run's exploration draw (its record has no subspace)
 EXPLORE_HYPOTHESIS = "Explore: TPE samples the whole config space"
@@ -61,8 +61,31 @@ class ResearchContext:
     memory: Any = None  # the resolved MemoryConfig at the best commit (levers, menu schema)
     reader_free: bool = False  # the objective sees only the context: reader-only levers are dead
     seed: int = 0  # sampling seed of this step (recorded; replay goes through the reply cache)
+    shown_questions: list[str] = field(default_factory=list)  # ids whose gold the diagnosis shows (never-shown check)
     withheld: dict[str, str] = field(default_factory=dict)  # lever id -> why the menu leaves it out now
-    absent: frozenset[str] = frozenset()  # levers the evaluated memsys lacks (research.lever_scope.absent_levers)
+    absent: frozenset[str] = frozenset()  # levers the evaluated memsys lacks (research.levers.scope.absent_levers)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What is applied when a repair is asked, so the repair prompt can say it plainly.
+
+    Why: after a failure the prompt showed "(no diff)" although an edit had been proposed (it had not
+    applied, and the worktree was reset), so the researcher could not tell whether its edit was still
+    there, nor which values the levers held. The loop fills this from git and the run's evaluations."""
+
+    diff: str = ""  # the diff against the experiment's parent commit that is applied now ("" when none is)
+    not_applied: str = ""  # why none of the attempt is applied (when ``diff`` is empty)
+    memory: Any = None  # the memory config in effect now (the levers' current values); None when it does not resolve
+    context_tokens: float | None = None  # mean context tokens per question of the last evaluation (None: unknown)
+    context_of: str = ""  # which evaluation that mean comes from
+    budget_tokens: int | None = None  # the scorer's context_budget_tokens (None: no budget)
+
+
+def mean_context_tokens(rows: list[dict[str, Any]]) -> float | None:
+    """Mean ``context_tokens`` (the scorer's recount, within its budget) of scored rows; None without any."""
+    counts = [r["context_tokens"] for r in rows if isinstance(r.get("context_tokens"), (int, float))]
+    return sum(counts) / len(counts) if counts else None
 
 
 class Proposer(ABC):
@@ -85,8 +108,9 @@ class Proposer(ABC):
                 break
         return out
 
-    def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
-        """A repair edit for a failed attempt; None when this proposer cannot repair."""
+    def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, applied: Applied) -> Proposal | None:
+        """A repair edit for a failed attempt (``applied``: what is applied now); None when this proposer
+        cannot repair."""
         return None
 
     def reconsider(self, ctx: ResearchContext, proposal: Proposal, dup: str, outcome: str,

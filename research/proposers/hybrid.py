@@ -3,9 +3,9 @@
 The LLM reads the diagnosis and picks a hypothesis and the levers it is about (a subspace);
 TPE, fed by every evaluated experiment of the run (research.study), then tunes the values of those
 levers for ``trials`` experiments; with ``coupled`` > 0 also of up to that many levers they are
-coupled to (``research.levers.coupled_levers``: dead until the chosen levers move, so the menu could
+coupled to (``research.levers.catalogue.coupled_levers``: dead until the chosen levers move, so the menu could
 not offer them, or capping them). Off by default: in the quickstart it let TPE move the merge away
-from a good one while refining (docs/figures.md). The model does what a small model can (say which knob
+from a good one while refining (docs/history.md, "Researcher (issue #13)"). The model does what a small model can (say which knob
 addresses which failure) and the sampler what it does well (pick numbers).
 
 A new hypothesis is not offered the levers already tuned from the current best without a gain
@@ -15,7 +15,7 @@ runs the 1.5B model chose dense_k and top_k for every hypothesis), so a pivot wo
 Exploration (``explore_first``, ``explore_on_pivot``): TPE samples the whole space for the run's first
 experiments and once after each pivot, before the model names a new subspace. Every hypothesis moves 1-3
 levers from its parent, so the model alone climbs lever by lever, while one draw that moves all of them
-at once reached a wide context within two experiments in TPE's own runs (docs/figures.md: hybrid without
+at once reached a wide context within two experiments in TPE's own runs (docs/history.md, "Researcher (issue #13)": hybrid without
 exploration 0.808 against TPE's 0.903 on three seeds). The two halves then do what each does well: the
 sampler jumps, the model refines from where it landed.
 """
@@ -26,12 +26,12 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from research.errors import ProposalFormatError
-from research.lever_menu import FAILURE_TARGETS
-from research.levers import coupled_levers, offered_levers
+from research.journal.trajectory import ExperimentRecord
+from research.levers.catalogue import coupled_levers, offered_levers
+from research.levers.menu import FAILURE_TARGETS
+from research.levers.study import SharedStudy, field_levers, overrides_of
 from research.proposers.base import EXPLORE_HYPOTHESIS, Proposal, Proposer, ResearchContext, is_sampler_draw
 from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
-from research.study import SharedStudy, field_levers, overrides_of
-from research.trajectory import ExperimentRecord
 
 
 def is_exploration(rec: ExperimentRecord) -> bool:

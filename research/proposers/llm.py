@@ -1,7 +1,7 @@
 """The LLM researcher. Two output modes, one prompt layout (prompts are files):
 
 - ``menu``: a schema-constrained reply that can only name levers live in the best config, with
-  bounded values (research.lever_menu.menu_schema). A 1.5B model cannot write working SEARCH/REPLACE
+  bounded values (research.levers.menu.menu_schema). A 1.5B model cannot write working SEARCH/REPLACE
   edits, but it can pick a lever that targets the failure it is shown.
 - ``code``: free SEARCH/REPLACE edits under memsys/ plus config overrides, for capable models.
 
@@ -19,11 +19,13 @@ from string import Template
 from typing import Any
 
 from research.errors import ProposalFormatError
-from research.proposers.base import Proposal, Proposer, ResearchContext
-from research.trajectory import DISCOVERY_TYPES, Edit, ExperimentRecord
+from research.journal.trajectory import DISCOVERY_TYPES, Edit, ExperimentRecord
+from research.proposers.base import Applied, Proposal, Proposer, ResearchContext
 
 PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 MODES = ("menu", "code", "auto")
+#: the most of a diff a repair prompt shows (characters)
+REPAIR_DIFF_CHARS = 4000
 
 CODE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -92,6 +94,9 @@ def parse_proposal(data: dict[str, Any]) -> Proposal:
             raise ProposalFormatError(f"edit {n + 1} needs string path/search/replace")
         edits.append(Edit(e["path"].strip(), e["search"], e["replace"]))
     overrides = [str(o).strip() for o in data.get("config_overrides") or [] if str(o).strip()]
+    from research.levers.catalogue import expand_macros
+
+    overrides = expand_macros(overrides)  # a macro lever's id=value, as the lever list offers it
     if not edits and not overrides:
         raise ProposalFormatError("proposal changes nothing (no edits, no config_overrides)")
     return Proposal(str(data.get("hypothesis", "")).strip() or "(no hypothesis)", dt,
@@ -189,7 +194,7 @@ class LLMProposer(Proposer):
 
     def _schema(self, ctx: ResearchContext) -> dict[str, Any]:
         if self.mode == "menu":
-            from research.lever_menu import menu_schema
+            from research.levers.menu import menu_schema
 
             return menu_schema(ctx.memory, self.max_changes, reader_free=ctx.reader_free, withheld=ctx.withheld,
                                absent=ctx.absent)
@@ -201,7 +206,7 @@ class LLMProposer(Proposer):
             raise ProposalFormatError(f"a proposal must be a JSON object, got {type(data).__name__}")
         if self.mode == "code":
             return parse_proposal(data)
-        from research.lever_menu import parse_menu
+        from research.levers.menu import parse_menu
 
         overrides = parse_menu(data, ctx.memory)
         why = str(data.get("why", "")).strip()
@@ -239,10 +244,52 @@ class LLMProposer(Proposer):
             dup=dup, outcome=outcome, tried="\n".join(f"- {t}" for t in tried) or "- (none)")
         return self._ask(ctx, user, earlier=earlier, temperature=temperature, seed_offset=1 + len(tried))
 
-    def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, diff: str) -> Proposal | None:
+    def repair(self, ctx: ResearchContext, proposal: Proposal, error: str, applied: Applied) -> Proposal | None:
         if self.mode == "menu":
             return None  # a lever change cannot be repaired by editing code
-        user = _template("researcher_repair.txt").substitute(error=error, diff=diff[:4000] or "(no diff)")
-        rep = self._ask(ctx, user, seed_offset=50)
+        rep = self._ask(ctx, repair_prompt(ctx, error, applied), seed_offset=50)
         rep.hypothesis, rep.discovery_type = proposal.hypothesis, proposal.discovery_type
         return rep
+
+
+def repair_prompt(ctx: ResearchContext, error: str, applied: Applied) -> str:
+    """The repair request: the error, what is applied now (or that nothing is, and why), the levers' values
+    in effect and the context's token cost beside the scorer's budget, so a repair starts from the truth."""
+    base = ("Edits apply to the files as they are now, with the diff above applied." if applied.diff else
+            "Edits apply to the parent commit's files, as the step's source excerpts show them: send the whole "
+            "change again, corrected.")
+    return _template("researcher_repair.txt").substitute(
+        error=error, applied=applied_text(applied), levers=levers_text(ctx, applied),
+        context=context_cost_text(applied), base=base)
+
+
+def applied_text(applied: Applied) -> str:
+    """The diff now applied against the parent commit, or a plain statement that none of the attempt is."""
+    if not applied.diff.strip():
+        why = applied.not_applied or "the attempt changed no file"
+        return f"Applied now: nothing. None of your attempt is applied ({why}); the files are the parent commit's."
+    cut = applied.diff[:REPAIR_DIFF_CHARS].rstrip("\n")
+    more = f"\n[... the rest of the diff is not shown: {len(applied.diff) - REPAIR_DIFF_CHARS} more characters]" \
+        if len(applied.diff) > REPAIR_DIFF_CHARS else ""
+    return f"Applied now (the diff against the parent commit, committed as your attempt):\n{cut}{more}"
+
+
+def levers_text(ctx: ResearchContext, applied: Applied) -> str:
+    """The lever list of the config in effect now (current values, ranges, effects)."""
+    from memsys.config import MemoryConfig
+    from research.levers.catalogue import render_levers
+
+    if not isinstance(applied.memory, MemoryConfig):
+        return "(the preset does not resolve with the base schema now: the levers' values are unknown)"
+    return render_levers(applied.memory, reader_free=ctx.reader_free, withheld=ctx.withheld, absent=ctx.absent)
+
+
+def context_cost_text(applied: Applied) -> str:
+    """The last evaluation's mean context tokens per question beside the scorer's budget."""
+    budget = ("the scorer sets no context budget" if applied.budget_tokens is None else
+              f"the scorer counts at most {applied.budget_tokens:,} tokens of context per question "
+              "(context_budget_tokens); context past it is not scored")
+    if applied.context_tokens is None:
+        return f"unknown (no evaluation to measure it yet); {budget}."
+    of = f" ({applied.context_of})" if applied.context_of else ""
+    return f"{applied.context_tokens:,.0f} context tokens per question on average in the last evaluation{of}; {budget}."

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from research.levers import Lever, live_levers
+from research.levers.catalogue import Lever, live_levers
 from research.proposers.base import Proposal, Proposer, ResearchContext
 
 

@@ -1,4 +1,4 @@
-"""Index text apart from reader text (memsys/ingest/index_text.py, Memory, Retriever)."""
+"""Index text apart from reader text (memsys/index/text.py, Memory, Retriever)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import ConfigError, StoreVersionError
 from memsys.config import load_memory_config, to_container
-from memsys.ingest.index_text import CONTEXT_KEY, index_text, neighbour_context
+from memsys.index.text import CONTEXT_KEY, index_text, neighbour_context
 from memsys.ingest.text import turn_text
 from memsys.memory import Memory
 from memsys.records import MAU, Turn

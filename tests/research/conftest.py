@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from research.workspace import make_scratch_repo
+from research.workspace.repo import make_scratch_repo
 
 
 @pytest.fixture

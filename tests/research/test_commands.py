@@ -1,4 +1,4 @@
-"""What `memsys run` prints (research/terminal.py, used by research/commands.py): rendered by a real rich
+"""What `memsys run` prints (research/report/terminal.py, used by research/commands.py): rendered by a real rich
 Console into a string, at 80 columns without a terminal, as CI logs and newcomers piping to a file see it."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from research.failures import POLICIES, Failure, FailureClass
-from research.terminal import (
+from research.journal.trajectory import ExperimentRecord
+from research.report.terminal import (
     PROGRESS_STEP,
     EventPrinter,
     print_lines,
@@ -19,7 +20,6 @@ from research.terminal import (
     trajectory_lines,
     wrap_lines,
 )
-from research.trajectory import ExperimentRecord
 
 WIDTH = 80
 LONG_HYPOTHESIS = ("Raise memory.retrieval.top_k from 5 to 12 and merge dense and BM25 candidates by set union, so that "

@@ -27,11 +27,11 @@ from typing import Any, Iterator
 import pytest
 
 from research.config import load_run_setup
-from research.loop import ResearchLoop
+from research.journal.trajectory import ExperimentRecord, read_trajectory
+from research.loop.research_loop import ResearchLoop
+from research.loop.state import LoopState
 from research.proposers.llm import PROMPTS
-from research.state import LoopState
-from research.trajectory import ExperimentRecord, read_trajectory
-from research.workspace import make_scratch_repo
+from research.workspace.repo import make_scratch_repo
 from tests.support.loop import git
 from tests.support.openai_server import OpenAITestServer, Reply
 

@@ -13,9 +13,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from research.loop import ResearchLoop
-from research.state import LoopState
-from research.trajectory import read_trajectory
+from research.journal.trajectory import read_trajectory
+from research.loop.research_loop import ResearchLoop
+from research.loop.state import LoopState
 from tests.support.loop import DEGRADE, FORBIDDEN, IMPROVE, SCORER, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from research.config import load_run_setup
-from research.loop import ResearchLoop
-from research.workspace import make_scratch_repo
+from research.loop.research_loop import ResearchLoop
+from research.workspace.repo import make_scratch_repo
 
 # one llama.cpp server at a time (the Ray node module starts one too): two on 2 cores nearly double each
 # test (135 s -> 220-265 s)

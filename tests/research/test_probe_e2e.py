@@ -20,9 +20,9 @@ from rich.console import Console
 
 from benchmarks.datasets import load_benchmark
 from harness.paths import data_dir
-from research.loop import ResearchLoop
-from research.terminal import trajectory_lines
-from research.trajectory import read_trajectory
+from research.journal.trajectory import read_trajectory
+from research.loop.research_loop import ResearchLoop
+from research.report.terminal import trajectory_lines
 from tests.support.loop import git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
@@ -111,7 +111,7 @@ def test_a_run_killed_during_the_probe_resumes_and_reuses_the_replies_it_had(rep
     not asked again what the killed life had already asked (the gateway's reply cache outlives the kill)."""
     import threading
 
-    from research.state import LoopState
+    from research.loop.state import LoopState
     from tests.support.lives import Life, end_orphans, rev, worktree_paths
 
     handler, asked = gold_reader([])

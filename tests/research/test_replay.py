@@ -34,12 +34,12 @@ import pytest
 from PIL import Image
 
 from research.errors import RunStateError
-from research.loop import ResearchLoop
+from research.journal.trajectory import ExperimentRecord, read_trajectory
+from research.loop.research_loop import ResearchLoop
+from research.loop.state import LoopState
 from research.replay import replay_run
-from research.report import write_report
-from research.state import LoopState
-from research.trajectory import ExperimentRecord, read_trajectory
-from research.workspace import make_scratch_repo
+from research.report.build import write_report
+from research.workspace.repo import make_scratch_repo
 from tests.support.loop import FORBIDDEN, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 from tests.support.report_page import Page
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.xdist_group("replay")
 
 MAIN = Path(__file__).resolve().parents[2]
 PRESET = "configs/memory/naive.yaml"
-SCHEMA = json.loads((MAIN / "research" / "trajectory.schema.json").read_text(encoding="utf-8"))
+SCHEMA = json.loads((MAIN / "research" / "journal" / "trajectory.schema.json").read_text(encoding="utf-8"))
 #: metrics that measure time or money, not the memory system: a replay cannot reproduce them
 #: (cost_usd: a reply served from the LLM cache is not billed)
 VOLATILE = {"wall_s", "seconds_per_question", "cost_usd", "reader_billed_tokens", "reader_cache_hits"}
@@ -107,7 +107,7 @@ def stable(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_schema(line: dict[str, Any]) -> None:
-    """The parts of research/trajectory.schema.json a record can violate (no jsonschema dependency)."""
+    """The parts of research/journal/trajectory.schema.json a record can violate (no jsonschema dependency)."""
     kinds = {"string": str, "integer": int, "number": (int, float), "object": dict, "array": list,
              "boolean": bool, "null": type(None)}
     missing = [k for k in SCHEMA["required"] if k not in line]
@@ -391,7 +391,7 @@ def test_report_of_a_replay_has_its_figure_and_table(recorded: dict[str, Any], r
     # the trajectory of the replay itself is drawn and tabled as a run
     exp_rows = page.table("experiments")
     assert [r[1] for r in exp_rows[1:]] == [f"exp-{i:03d}" for i in range(7)]
-    # a proposal rejected before evaluation is named by why (research.taxonomy.REJECTION_LABELS)
+    # a proposal rejected before evaluation is named by why (research.journal.taxonomy.REJECTION_LABELS)
     assert [r[2] for r in exp_rows[1:]] == [*RECORDED_DECISIONS[:4], "rejected repeat", *RECORDED_DECISIONS[5:]]
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.paths import REPO_ROOT
-from research.trajectory import read_trajectory
+from research.journal.trajectory import read_trajectory
 from tests.support.lives import Life, end_orphans, rev, worktree_paths
 from tests.support.loop import git
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from research.loop import ResearchLoop
-from research.trajectory import read_trajectory
+from research.journal.trajectory import read_trajectory
+from research.loop.research_loop import ResearchLoop
 from tests.support.loop import git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 

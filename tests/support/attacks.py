@@ -597,7 +597,7 @@ def git(repo: Path, *args: str) -> str:
 def attack_repo(dest: Path) -> Path:
     """A scratch copy of the project that the sandbox can run: ``make_scratch_repo`` plus ``harness``
     (its default PROJECT_PATHS leave harness out, so memsys.predict cannot import inside bwrap/docker)."""
-    from research.workspace import PROJECT_PATHS, make_scratch_repo
+    from research.workspace.repo import PROJECT_PATHS, make_scratch_repo
 
     paths = PROJECT_PATHS + tuple(p for p in ("harness",) if p not in PROJECT_PATHS)
     return make_scratch_repo(dest, paths=paths)
@@ -679,8 +679,8 @@ def run_group(group: str, backend: str, work: Path, token: str, *, items: list[A
 
     MEMSYS_RUNS_DIR / MEMSYS_CACHE_DIR must already point where the caller wants them."""
     from harness.paths import cache_dir, runs_dir
-    from research.loop import ResearchLoop
-    from research.trajectory import read_trajectory
+    from research.journal.trajectory import read_trajectory
+    from research.loop.research_loop import ResearchLoop
     from tests.support.loop import scripted_opener, scripted_setup
     from tests.support.openai_server import OpenAITestServer
 
@@ -779,7 +779,7 @@ def shared_embedding_mismatches(rr: RunResult, texts: list[str]) -> tuple[int, l
 
     from memsys.config import EmbedderConfig
     from memsys.embed import make_embedder
-    from research.caches import EMBEDDINGS_FILE, SHARED_DIR
+    from research.evaluation.caches import EMBEDDINGS_FILE, SHARED_DIR
 
     path = rr.cache_root / SHARED_DIR / "embeddings" / EMBEDDINGS_FILE
     emb = make_embedder(EmbedderConfig(cache=False))
@@ -913,7 +913,7 @@ def check_run(rr: RunResult) -> list[str]:
 
 def later_worktree_runs_nothing(rr: RunResult) -> list[str]:
     """Create worktrees with plain git (hooks enabled) and with the Workspace: no hook may fire."""
-    from research.workspace import Workspace
+    from research.workspace.repo import Workspace
 
     problems = []
     git(rr.repo, "worktree", "add", "-q", "-b", f"probe-{rr.token[:8]}", str(rr.run_dir / "probe-plain"), "main")
@@ -965,7 +965,7 @@ def weak_backend_refused(work: Path) -> tuple[str, list[str]]:
     """Attack 10: the process backend without allow_weak raises WeakSandboxError before creating anything."""
     from harness.paths import runs_dir
     from research.errors import WeakSandboxError
-    from research.loop import ResearchLoop
+    from research.loop.research_loop import ResearchLoop
     from tests.support.loop import scripted_setup
 
     repo = attack_repo(work / "repo-weak")

@@ -55,6 +55,13 @@ def scripted_opener(server: OpenAITestServer, *, cache: bool = False, timeout_s:
     return opener
 
 
+#: the never-shown check (docs/design.md section 6) off in the scripted runs of other features: on the
+#: 12-question tiny sample at most 3 questions are shown and 9 are left, too few for the sign-flip test to
+#: support their scripted gains (a gain on 3 of 9 questions has p = 1/8). Its own tests turn it on
+#: (tests/research/test_leakage_e2e.py, tests/research/test_capable_researcher_e2e.py).
+NEVER_SHOWN_OFF = "research.loop.never_shown_check=false"
+
+
 def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
     """A loop setup for the scripted tests: retrieval-only tiny evaluations in the process sandbox."""
     from research.config import load_run_setup
@@ -63,4 +70,4 @@ def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
                            "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
                            f"research.repo={repo}", "research.proposer=llm", "research.researcher.mode=code",
                            f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
-                           "workers=1", *extra])
+                           "workers=1", NEVER_SHOWN_OFF, *extra])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from research.trajectory import ExperimentRecord
+from research.journal.trajectory import ExperimentRecord
 
 
 def make_record(index: int, decision: str, value: float | None, dtype: str | None = None,

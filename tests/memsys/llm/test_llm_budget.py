@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from harness.errors import BudgetExceededError, ConfigError
+from harness.llm_budget import Budget, UsageLog, UsageRecord, cost_usd
 from harness.tokens import count_message_tokens, count_tokens, tokenizer_name
-from memsys.llm.budget import Budget, UsageLog, UsageRecord, cost_usd
 
 
 def test_reserve_commit_release_arithmetic():

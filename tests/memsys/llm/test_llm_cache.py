@@ -10,7 +10,7 @@ import time
 import pytest
 
 from harness.errors import CacheError
-from memsys.llm.cache import ResponseCache, request_key
+from harness.reply_cache import ResponseCache, request_key
 
 REPLY = {"text": "7 May 2023", "parsed": None, "prompt_tokens": 12, "completion_tokens": 4, "model": "m"}
 

@@ -17,9 +17,9 @@ from harness.errors import (
     LLMServerError,
     LLMTimeoutError,
 )
+from harness.structured_output import to_llama_cpp_format
 from memsys.config import LLMConfig
 from memsys.llm import Budget, LLMClient, ResponseCache, UsageLog, open_llm
-from memsys.llm.structured import to_llama_cpp_format
 from tests.support.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401  (fixture)
 
 SCHEMA = {
@@ -205,7 +205,7 @@ def test_cache_key_ignores_base_url_but_not_request_fields(cache):
 
 
 def test_logprobs_are_asked_for_returned_and_cached_under_their_own_key(openai_server, cache, monkeypatch):
-    from memsys.llm.cache import request_key
+    from harness.reply_cache import request_key
 
     monkeypatch.delenv("MEMSYS_TEST_KEY_UNSET", raising=False)
     pairs = [('{"', -1.3), ("answer", 0.0), ('":', 0.0), (' "', 0.0), ("a", -0.7), ('"}', 0.0)]

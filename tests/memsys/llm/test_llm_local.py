@@ -131,6 +131,14 @@ def test_server_that_cannot_load_the_model_fails_with_its_log(tmp_path):
     assert not server.running
 
 
+def test_extra_server_flags_follow_the_settings_and_win_over_them(tmp_path):
+    settings = ServerSettings(tmp_path / "m.gguf", "m", n_ctx=256, n_threads=2,
+                              extra_args=("--n_threads_batch", "1", "--logits_all", "False"))
+    argv = LocalServer(settings, log_dir=tmp_path).command()
+    assert argv[-4:] == ["--n_threads_batch", "1", "--logits_all", "False"]  # argparse keeps the last value
+    assert argv.index("--n_threads_batch") < len(argv) - 4
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 @pytest.mark.xdist_group("ray_and_local_model")  # with the other embedded-server tests: one server at a time

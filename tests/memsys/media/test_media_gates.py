@@ -1,4 +1,4 @@
-"""Novelty gates for media: thresholds of DESIGN.md section 2 and our "uncertain" policy."""
+"""Novelty gates for media: thresholds of docs/design.md section 2 and our "uncertain" policy."""
 
 from __future__ import annotations
 

@@ -1,0 +1,66 @@
+"""Held-out confirmation: runs optimize on dev only; baseline and best are scored once on test at the end.
+
+Real pieces: git worktrees, the process sandbox (weak, allowed explicitly), LoCoMo tiny samples with
+reader=none, the scripted researcher over the OpenAI test server.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.datasets import load_benchmark
+from benchmarks.splits import select
+from harness.errors import ConfigError
+from research.config import load_run_setup
+from research.loop.research_loop import ResearchLoop
+from research.report.build import write_report
+from tests.support.loop import IMPROVE, git, scripted_opener, scripted_setup
+from tests.support.openai_server import OpenAITestServer, Reply
+
+pytestmark = pytest.mark.slow
+
+
+def test_memsys_run_refuses_the_test_split(repo: Path) -> None:
+    for split in ("test", "all"):
+        with pytest.raises(ConfigError, match="dev split only"):
+            load_run_setup([f"split={split}", f"research.repo={repo}"])
+    # a replay of a finished run may evaluate on test
+    assert load_run_setup(["split=test", f"research.repo={repo}"], optimizing=False).eval.eval.split == "test"
+
+
+def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, locomo_path) -> None:
+    # the test split's conversations are new to every cache: the hashing embedder keeps this test
+    # about the protocol, not about MiniLM's speed
+    preset = repo / "configs" / "memory" / "naive.yaml"
+    preset.write_text(preset.read_text() + "embedder:\n  backend: hashing\n  cache: false\n")
+    git(repo, "commit", "-qam", "hashing embedder for the test")
+    with OpenAITestServer() as server:
+        server.enqueue(Reply.of_json(IMPROVE))
+        setup = scripted_setup(repo, 1, "research.confirm.enabled=true")
+        loop = ResearchLoop(setup, "conf", llm_opener=scripted_opener(server))
+        st = loop.run()
+    c = st.confirmation
+    assert c["split"] == "test" and c["sample"] == "tiny" and c["objective"] == "context_recall"
+    assert c["runs"]["baseline"]["ok"] and c["runs"]["best"]["ok"]
+    assert c["runs"]["best"]["commit"] == st.best_commit != st.base_commit
+    assert c["dev"] == {"baseline": loop.records[0].objective_value, "best": st.best_value}
+    # the test figures are the test split's questions, scored by the trusted side
+    test_ids = {q.id for q in select(load_benchmark("locomo"), "test", "tiny").questions}
+    folders = sorted((runs / "conf" / "evals").glob("confirm-best-*"))  # evals/<exp-id>-<key>/<eval-run-id>/
+    assert len(folders) == 1 and len(list((runs / "conf" / "evals").glob("confirm-baseline-*"))) == 1
+    rows = [json.loads(line) for line in
+            (folders[0] / c["runs"]["best"]["eval_run_id"] / "predictions.jsonl").read_text().splitlines()]
+    assert {r["question_id"] for r in rows} == test_ids
+    dev_ids = {q.id for q in select(load_benchmark("locomo"), "dev", "tiny").questions}
+    assert not test_ids & dev_ids
+    assert json.loads((runs / "conf" / "confirmation.json").read_text()) == c
+    # never shown to the researcher: its context holds no test figure and no confirm run
+    ctx = loop.context()
+    text = json.dumps(ctx.__dict__, default=str)
+    assert "confirm" not in text and c["runs"]["best"]["eval_run_id"] not in text
+    assert all(not r.experiment_id.startswith("confirm") for r in loop.records)
+    page = write_report(runs / "conf").read_text()
+    assert "Held-out confirmation" in page and "(held out)" in page
