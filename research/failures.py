@@ -121,6 +121,7 @@ KIND_TO_CLASS: dict[str, FailureClass] = {
     "format": FailureClass.FORMAT_MISMATCH,
     "prediction_format": FailureClass.FORMAT_MISMATCH,
     "budget": FailureClass.INFRASTRUCTURE,
+    "judge_format": FailureClass.INFRASTRUCTURE,  # the trusted judge's reply: never the candidate's fault
     "dependency": FailureClass.DEPENDENCY,
     "model": FailureClass.DEPENDENCY,
     "dataset": FailureClass.INFRASTRUCTURE,

@@ -389,6 +389,24 @@ def stress_judge_items(items: Sequence[StressItem]) -> list[JudgeItem]:
     return [JudgeItem(i.item_id, i.question, i.gold, i.wrong_answer, i.category) for i in items]
 
 
+def gold_controls(items: Sequence[StressItem]) -> list[JudgeItem]:
+    """The gold answer itself as the answer to grade, once per question of the stress sample (id "<qid>#gold").
+
+    Why: a judge that says WRONG to everything has a false-accept rate of 0; its rate on the gold answers
+    themselves tells that judge from a discerning one."""
+    seen: dict[str, StressItem] = {}
+    for i in items:
+        seen.setdefault(i.qid, i)
+    return [JudgeItem(f"{i.qid}#gold", i.question, i.gold, i.gold, i.category) for i in seen.values()]
+
+
+def gold_accept_rate(controls: Sequence[JudgeItem], scores: Mapping[str, float], pass_score: float = DEFAULTS.pass_score,
+                     ci_level: float = DEFAULTS.ci_level) -> Rate | None:
+    """How many gold answers the judge accepted (None when none was judged)."""
+    judged = [scores[c.id] for c in controls if c.id in scores]
+    return wilson_rate(sum(s >= pass_score for s in judged), len(judged), ci_level) if judged else None
+
+
 def stress_judgements(items: Sequence[StressItem], scores: Mapping[str, float]) -> list[StressJudgement]:
     """Each item with its mean verdict (``scores`` by item id, e.g. from ``score.mean_scores``); unjudged ones left out."""
     return [StressJudgement(i, scores[i.item_id]) for i in items if i.item_id in scores]

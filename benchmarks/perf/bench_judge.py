@@ -45,6 +45,8 @@ from benchmarks.judge.stress import (  # noqa: E402
     KINDS,
     StressPlan,
     false_accept_rates,
+    gold_accept_rate,
+    gold_controls,
     names_by_conversation,
     stress_judge_items,
     stress_judgements,
@@ -130,7 +132,7 @@ def readable_verdicts(cfg: JudgeConfig, plan: StressPlan, cache_path: Path) -> t
     """The verdicts in the cache and the replies without one (a bench reports them; J would refuse them)."""
     protocol, cache = get_protocol(cfg.protocol), VerdictCache(cache_path)
     verdicts, unreadable = [], []
-    for r in judge_requests(cfg, stress_judge_items(plan.items)):
+    for r in judge_requests(cfg, stress_judge_items(plan.items) + gold_controls(plan.items)):
         try:
             verdicts.append(Verdict(r.item_id, r.run, parse_verdict(protocol, cache.replies[r.key]), "", True, r.key))
         except (JudgeReplyError, KeyError):
@@ -163,14 +165,17 @@ def measure(setup: Any, client: TimedClient, cache_path: Path) -> dict[str, Any]
     cfg = setup.judge
     plan = stress_sample(setup)
     started = time.perf_counter()
+    controls = gold_controls(plan.items)
     try:
-        ask_judge(client, cfg, stress_judge_items(plan.items), cache_path)
+        ask_judge(client, cfg, stress_judge_items(plan.items) + controls, cache_path)
     except JudgeReplyError:
         pass  # every reply is cached, readable or not: counted below
     wall = time.perf_counter() - started
     verdicts, unreadable = readable_verdicts(cfg, plan, cache_path)
-    rates = false_accept_rates(stress_judgements(plan.items, mean_scores(verdicts)), cfg.pass_score, cfg.ci_level)
-    return {"items": {k: sum(i.kind == k for i in plan.items) for k in KINDS}, "pool": plan.pool,
+    scores = mean_scores(verdicts)
+    rates = false_accept_rates(stress_judgements(plan.items, scores), cfg.pass_score, cfg.ci_level)
+    gold = gold_accept_rate(controls, scores, cfg.pass_score, cfg.ci_level)
+    return {"gold_accept": asdict(gold) if gold else None,"items": {k: sum(i.kind == k for i in plan.items) for k in KINDS}, "pool": plan.pool,
             "skipped": dict(plan.skipped), "dropped": dict(plan.dropped),
             "false_accept": {k: asdict(r) for k, r in rates.items()}, "ci_level": cfg.ci_level,
             "warnings": stress_warnings(rates, cfg.max_false_accept, cfg.ci_level),
@@ -184,6 +189,10 @@ def table(result: dict[str, Any]) -> str:
         r = result["false_accept"].get(kind)
         lines.append(f"| {kind} | {result['items'][kind]} | " + ("- | - |" if r is None else
                      f"{100 * r['rate']:.0f}% ({r['k']}/{r['n']}) | {100 * r['ci_low']:.0f}%-{100 * r['ci_high']:.0f}% |"))
+    g = result.get("gold_accept")
+    if g:
+        lines.append(f"| gold itself (control) | {g['n']} | accepted {100 * g['rate']:.0f}% ({g['k']}/{g['n']}) | "
+                     f"{100 * g['ci_low']:.0f}%-{100 * g['ci_high']:.0f}% |")
     spc = result["seconds_per_call"]
     lines.append(f"\n{result['calls_asked']} calls asked, {spc['mean']} s per call (median {spc['median']}), "
                  f"tokens per call: {result['tokens']['prompt_per_call']} prompt, "

@@ -19,7 +19,10 @@ def test_the_bench_writes_rates_seconds_and_tokens_and_resumes(tmp_path, locomo_
         again = bench_judge.main(argv)
         assert len(server.chat_requests) == asked  # the verdict cache beside --out answered everything
     assert json.loads(out.read_text())["false_accept"] == again["false_accept"] == result["false_accept"]
-    assert asked == result["calls_asked"] == 2 * sum(result["items"].values()) and again["calls_asked"] == 0
+    controls = result["gold_accept"]["n"]  # the gold itself, once per question of the stress sample
+    assert 0 < controls <= sum(result["items"].values())
+    assert asked == result["calls_asked"] == 2 * (sum(result["items"].values()) + controls) and again["calls_asked"] == 0
+    assert result["gold_accept"]["rate"] == 0.0  # this judge says WRONG to everything: the control shows it
     for kind in ("vague", "specific"):
         rate = result["false_accept"][kind]
         assert rate["rate"] == 0.0 and rate["n"] == result["items"][kind] and rate["ci_high"] > 0

@@ -64,3 +64,27 @@ def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, loco
     assert all(not r.experiment_id.startswith("confirm") for r in loop.records)
     page = write_report(runs / "conf").read_text()
     assert "Held-out confirmation" in page and "(held out)" in page
+
+
+def test_the_verdict_is_a_tag_of_the_mlflow_parent_run(tmp_path, monkeypatch) -> None:
+    """A dev gain that test does not confirm is said on the MLflow parent run too (issue #49): its status and
+    line as tags beside the dev and test metrics."""
+    from mlflow.tracking import MlflowClient
+
+    from research.loop.confirm import _log_mlflow, confirmation_verdict
+    from research.loop.state import LoopState
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(tracking_uri=uri)
+    parent = client.create_run(client.create_experiment("memsys-research")).info.run_id
+    record = {"split": "test", "dev": {"baseline": 0.159, "best": 0.993}, "test": {"baseline": 0.173, "best": 0.220},
+              "test_paired": {"ci_low": -0.01, "ci_high": 0.11}, "runs": {"best": {}}}
+    record["verdict"] = confirmation_verdict(record, min_kept=0.5)
+    st = LoopState("run-x", str(tmp_path), "a" * 40, "b" * 40)
+    st.mlflow_parent_run_id = parent
+    _log_mlflow(st, record)
+    run = client.get_run(parent)
+    assert run.data.tags["confirmation"] == "not_confirmed"
+    assert run.data.tags["confirmation_line"].startswith("NOT CONFIRMED on test: the test gain +0.0470 is not supported")
+    assert run.data.metrics["dev_best"] == 0.993 and run.data.metrics["test_best"] == 0.220
