@@ -43,6 +43,11 @@ class EvalConfig:
     # metrics record it (``context_budget_tokens``, ``context_recall@<B>``). It does not cut the reader's
     # prompt: reader objectives (F1, J) score whatever context the memory gave its reader (docs/evaluate.md)
     context_budget_tokens: int | None = 6000
+    # true: reader objectives are scored at that budget too. The reader's gateway refuses a request whose prompt
+    # exceeds B plus READER_FIXED_TOKENS (the instructions, the question, the reply format: 178-189 tokens for
+    # the presets' prompts), so a question whose memory gave more context than B gets no answer (F1 0): F1 and
+    # J then cost what context recall counts, and no config buys answers with tokens (issue #50)
+    reader_at_budget: bool = False
     # where the untrusted half runs for `memsys eval`: auto | docker | bwrap | process | inprocess
     sandbox: str = "auto"
     # the untrusted half's wall-clock limit; null: 1800 s, plus 90 s a question when a reader answers
@@ -58,7 +63,7 @@ class EvalConfig:
 class EvalSetup:
     """Everything one evaluation needs, validated."""
 
-    eval: EvalConfig
+    options: EvalConfig  # split, sample, reader, workers, objective, ...: the run-time choices
     benchmark: BenchmarkConfig
     memory: MemoryConfig
     llm: LLMConfig
@@ -66,9 +71,9 @@ class EvalSetup:
 
     @property
     def objective(self) -> str:
-        if self.eval.objective != "auto":
-            return self.eval.objective
-        if self.eval.reader == "none":  # evidence inside the context the reader would get, cut at the scorer's budget
+        if self.options.objective != "auto":
+            return self.options.objective
+        if self.options.reader == "none":  # evidence inside the context the reader would get, cut at the scorer's budget
             return "context_recall"
         return "all_honest" if self.benchmark.name == "locomo" else "f1"
 
@@ -78,6 +83,17 @@ class EvalSetup:
         side's own (this checkout's configs/judge/ and command line), whatever tree is evaluated."""
         node = judge_node(self.raw)
         return None if node is None else judge_config(node)
+
+
+#: the reader prompt's allowance beyond the context budget under ``reader_at_budget``
+READER_FIXED_TOKENS = 300
+
+
+def reader_prompt_cap(ev: EvalConfig) -> int | None:
+    """The most prompt tokens the reader's gateway forwards for this evaluation (None: no cap)."""
+    if not ev.reader_at_budget or ev.context_budget_tokens is None:
+        return None
+    return ev.context_budget_tokens + READER_FIXED_TOKENS
 
 
 def check_judge(ev: EvalConfig, judge: JudgeConfig | None, benchmark: str) -> None:
@@ -111,13 +127,16 @@ def load_eval_setup(overrides: Sequence[str] = (), config_name: str = "eval") ->
         raise ConfigError("workers must be >= 1")
     if ev.context_budget_tokens is not None and ev.context_budget_tokens < 1:
         raise ConfigError(f"context_budget_tokens must be >= 1 (null: no cut), got {ev.context_budget_tokens}")
+    if ev.reader_at_budget and (ev.reader != "llm" or ev.context_budget_tokens is None):
+        raise ConfigError("reader_at_budget=true caps the reader's prompt at the context budget: it needs reader=llm "
+                          "and a context_budget_tokens")
     bench = benchmark_config(cfg.benchmark)
     if ev.complement:
         check_complement(bench, ev.sample)
     node = judge_node(raw)
     check_judge(ev, None if node is None else judge_config(node), bench.name)
     return EvalSetup(
-        eval=ev,
+        options=ev,
         benchmark=bench,
         memory=validate(MemoryConfig, cfg.memory, where="memory config"),
         llm=validate(LLMConfig, cfg.llm, where="llm config"),
@@ -138,7 +157,7 @@ def baseline_budget(setup: EvalSetup) -> int:
 
     ``full_context``: the reader's window less its reply and the prompt's own text, so a conversation
     that fits is given whole; ``recent_window``: ``full_context_budget``."""
-    ev = setup.eval
+    ev = setup.options
     if ev.system != "full_context":
         return ev.full_context_budget
     window = reader_window_tokens(setup.llm)

@@ -43,7 +43,7 @@ class RunFolderError(StoreError):
 
 def new_run_id(setup: EvalSetup) -> str:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return f"eval-{stamp}-{setup.benchmark.name}-{setup.eval.split}"
+    return f"eval-{stamp}-{setup.benchmark.name}-{setup.options.split}"
 
 
 def aggregate(bench_name: str, rows: list[dict[str, Any]], with_reader: bool) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def aggregate(bench_name: str, rows: list[dict[str, Any]], with_reader: bool) ->
 
 def selection(setup: EvalSetup) -> Benchmark:
     """The benchmark restricted to the requested split and sample (gold included: trusted side only)."""
-    ev = setup.eval
+    ev = setup.options
     return select(load_benchmark(setup.benchmark.name), ev.split, ev.sample, setup.benchmark, complement=ev.complement)
 
 
@@ -92,7 +92,7 @@ def prepare_run(setup: EvalSetup, bench: Benchmark, runs_root: Path | None = Non
     ``code`` names the evaluated memory system's source (a content hash). A resumed run keeps the answers
     already written, so answers made by other code would be scored as if one system gave them all.
     """
-    run_id = setup.eval.run_id or new_run_id(setup)
+    run_id = setup.options.run_id or new_run_id(setup)
     run_dir = (runs_root or runs_dir()) / run_id
     _prepare_run_dir(run_dir, setup, bench, code)
     return run_id, run_dir
@@ -105,7 +105,7 @@ def finish_eval(setup: EvalSetup, bench: Benchmark, run_id: str, run_dir: Path, 
     The objective's name and the question count are the ones requested here, never read
     back from the evaluated code.
     """
-    ev = setup.eval
+    ev = setup.options
     with_reader = ev.reader == "llm"
     rows = score_answers(bench, answers, with_reader=with_reader, context_budget_tokens=ev.context_budget_tokens)
     atomic_write_text(run_dir / PREDICTIONS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
@@ -197,12 +197,12 @@ def _prepare_run_dir(run_dir: Path, setup: EvalSetup, bench: Benchmark, code: st
                 f"{meta_path}: run folder format {meta.get('format_version')} (this version writes {RUN_FORMAT_VERSION}); use a new run_id"
             )
         old, new = answers_config(meta.get("config") or {}), answers_config(setup.raw)
-        if setup.eval.resume and old != new:
+        if setup.options.resume and old != new:
             differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
             raise RunFolderError(f"{run_dir} holds a run with a different config ({', '.join(differ)}); "
                                  "use a new run_id or resume=false")
         made_by = meta.get("code")  # absent in folders written before the code was recorded: not checkable
-        if setup.eval.resume and code is not None and made_by is not None and made_by != code:
+        if setup.options.resume and code is not None and made_by is not None and made_by != code:
             raise RunFolderError(f"{run_dir} holds answers made by other memsys code ({made_by[:12]}, this "
                                  f"checkout's is {code[:12]}); use a new run_id or resume=false")
         return
@@ -224,7 +224,7 @@ def _metric_table(bench: Benchmark, setup: EvalSetup, system: str, with_reader: 
     from rich.table import Table
 
     what = f"memory={setup.memory.name}" if system == "memsys" else f"system={system}"
-    t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - {what} reader={setup.eval.reader}")
+    t = Table(title=f"{bench.name} {bench.split}{' / ' + bench.sample if bench.sample else ''} - {what} reader={setup.options.reader}")
     t.add_column("category", overflow="fold")  # names wrap; numbers never do (80 columns, issue #48)
     t.add_column("n", justify="right", no_wrap=True)
     if with_reader:
@@ -277,7 +277,7 @@ def _print_run_notes(console: Any, setup: EvalSetup, m: dict[str, Any], system: 
                       + (" (image files not on disk: text systems get image id + caption; fetch them with "
                          "scripts/fetch_data.py memgallery --images)" if m["image_mode"] == "captions" else ""))
     if m.get("whole_conversations") is not None:
-        asked = setup.eval.system
+        asked = setup.options.system
         console.print(f"baseline {asked}: whole conversation given for {m['whole_conversations']} conversations"
                       + (f"; reported as {system} (the latest turns that fit)" if system != asked else "")
                       + f"; depth {_fmt(m.get('context_depth'))} turns, {_fmt(m.get('context_tokens_given'))} tokens per question")
@@ -293,7 +293,7 @@ def render_table(bench: Benchmark, setup: EvalSetup, m: dict[str, Any], with_rea
     from benchmarks.datasets.schema import category_names
 
     names = category_names(bench)
-    system = m.get("system", setup.eval.system)
+    system = m.get("system", setup.options.system)
     t = _metric_table(bench, setup, system, with_reader)
     for c in sorted({k.split("/", 1)[1] for k in m if k.startswith("n/")}):
         t.add_row(*_category_row(bench, m, c, names.get(c, ""), with_reader))

@@ -75,16 +75,16 @@ def git_state(repo: Path = REPO_ROOT) -> tuple[str, bool]:
 def log_eval(setup: "EvalSetup", bench: "Benchmark", result: "EvalResult") -> str:
     import mlflow
 
-    exp_id = setup_mlflow(setup.eval.mlflow_experiment)
+    exp_id = setup_mlflow(setup.options.mlflow_experiment)
     commit, dirty = git_state(Path(__import__("memsys").__file__).resolve().parents[1])
     tags = {
         "benchmark": bench.name, "split": bench.split, "sample": str(bench.sample),
         "split_version": str(bench.split_version), "git_commit": commit, "git_dirty": str(dirty),
-        "llm_model": setup.llm.model if setup.eval.reader == "llm" else "none",
-        "memory": setup.memory.name, "system": setup.eval.system, "run_id": result.run_id,
+        "llm_model": setup.llm.model if setup.options.reader == "llm" else "none",
+        "memory": setup.memory.name, "system": setup.options.system, "run_id": result.run_id,
     }
-    if setup.eval.parent_run_id:
-        tags["mlflow.parentRunId"] = setup.eval.parent_run_id
+    if setup.options.parent_run_id:
+        tags["mlflow.parentRunId"] = setup.options.parent_run_id
     params = flatten({k: v for k, v in setup.raw.items() if k not in ("parent_run_id",)})
     with mlflow.start_run(experiment_id=exp_id, run_name=result.run_id, tags=tags) as run:
         items = list(params.items())

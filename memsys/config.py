@@ -288,6 +288,10 @@ class LocalLLMConfig:
     gguf_path: str | None = None  # a user-supplied GGUF overrides the packaged model
     n_ctx: int = 8192  # the researcher prompt (research.loop.context_budget_tokens) plus its reply must fit
     n_threads: int = 2
+    # the server computes every prompt token's logits only when this is true: llama-cpp-python's default
+    # (logits_all) made each prompt 2.7x slower here (docs/results.md, "Reader speed"), and only
+    # answer.abstain=*confidence and answer.record_logprobs read token log-probabilities
+    logprobs: bool = False
     port: int = 0  # 0: pick a free port
     startup_timeout_s: float = 180.0
 

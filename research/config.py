@@ -55,19 +55,23 @@ class LoopConfig:
     # the researcher's context in tokens (research/proposers/context.py): a number for any model, or auto to
     # follow the model (research.researcher.local_context_tokens / hosted_context_tokens; research.proposers.factory)
     context_budget_tokens: int | str = "auto"
-    # futility probe (reader objectives only): a candidate is first answered on this smaller named sample,
-    # paired with the best on the questions both share; clearly worse there (the CI of the difference below 0
-    # and p_worse < probe_alpha) stops it before the rest of the reader run. Otherwise the full evaluation
-    # follows, and the probe's replies come back from the reply cache. None: every candidate is answered in full.
-    probe_sample: str | None = "small"
-    probe_alpha: float = 0.01
+    # early stop (reader objectives only; research/loop/pruning.py): a candidate is first answered on these nested
+    # named samples, smallest first (those not smaller than the run's own sample are skipped); after each, Optuna's
+    # WilcoxonPruner compares its per-question scores with the best's and stops a clearly worse one (p < probe_p, at
+    # least probe_min_questions paired). Otherwise the full evaluation follows, and the answers so far come back
+    # from the reply cache. []: every candidate is answered in full. Chosen over the paired-CI probe it replaced by
+    # research/perf/bench_pruning.py (docs/results.md, "Multi-fidelity")
+    probe_samples: list[str] = field(default_factory=lambda: ["tiny", "small"])
+    probe_p: float = 0.1
+    probe_min_questions: int = 10
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise ConfigError(f"research.loop.alpha must be in (0, 1), got {self.alpha}")
-        if not 0.0 < self.probe_alpha <= self.alpha:
-            raise ConfigError(f"research.loop.probe_alpha must be in (0, alpha={self.alpha}], got {self.probe_alpha}: "
-                              "stopping early must be at least as sure as calling a fall a degradation")
+        if not 0.0 < self.probe_p < 1.0:
+            raise ConfigError(f"research.loop.probe_p must be in (0, 1), got {self.probe_p}")
+        if self.probe_min_questions < 2:
+            raise ConfigError(f"research.loop.probe_min_questions must be >= 2, got {self.probe_min_questions}")
         budget = self.context_budget_tokens
         if budget != "auto" and (isinstance(budget, str) or budget < 1):
             raise ConfigError(f"research.loop.context_budget_tokens must be a number of tokens or auto, got {budget!r}")
@@ -226,7 +230,9 @@ def study_name(setup: RunSetup) -> str:
     if rc.study.name:
         return rc.study.name
     costs = "".join(f"+{o}" for o in rc.objectives if o != "quality")
-    return f"{ev.benchmark.name}-{ev.eval.split}-{ev.eval.sample}-{ev.objective}@{ev.eval.context_budget_tokens}{costs}"
+    capped = "-reader" if ev.options.reader_at_budget else ""  # the reader's prompt held to the budget too
+    return (f"{ev.benchmark.name}-{ev.options.split}-{ev.options.sample}-{ev.objective}"
+            f"@{ev.options.context_budget_tokens}{capped}{costs}")
 
 
 def user_memory_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
@@ -246,18 +252,18 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
     ev = load_eval_setup(overrides, config_name="run")
     cfg = compose("run", overrides)
     rc = validate(ResearchConfig, cfg.research, where="research config")
-    if optimizing and ev.eval.split != "dev":
-        raise ConfigError(f"memsys run optimizes on the dev split only (got split={ev.eval.split}): the test split "
+    if optimizing and ev.options.split != "dev":
+        raise ConfigError(f"memsys run optimizes on the dev split only (got split={ev.options.split}): the test split "
                           "is held out for the confirmation at the end of the run (memsys confirm <run>)")
     if rc.proposer not in PROPOSERS:
         raise ConfigError(f"research.proposer must be {' | '.join(PROPOSERS)}, got {rc.proposer!r}")
     from research.levers.scope import held_levers
 
     held_levers(rc.fixed_levers)  # an unknown entry is named here, not after the baseline
-    probe = rc.loop.probe_sample
-    if probe and probe not in ev.benchmark.samples:
-        raise ConfigError(f"research.loop.probe_sample={probe!r} is not a sample of {ev.benchmark.name} "
-                          f"(known: {', '.join(sorted(ev.benchmark.samples))}); null turns the probe off")
+    unknown = [s for s in rc.loop.probe_samples if s not in ev.benchmark.samples]
+    if unknown:
+        raise ConfigError(f"research.loop.probe_samples: {unknown[0]!r} is not a sample of {ev.benchmark.name} "
+                          f"(known: {', '.join(sorted(ev.benchmark.samples))}); [] turns the early stop off")
     return RunSetup(ev, rc, list(overrides))
 
 

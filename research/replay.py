@@ -79,7 +79,7 @@ def replay_run(run_id: str, overrides: Sequence[str] = (), *, only: str = "all",
     out_steps: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     with ExitStack() as stack:
-        if setup.eval.eval.reader == "llm":
+        if setup.eval.options.reader == "llm":
             loop.llms.open(stack)
         try:
             for group in rounds(steps):

@@ -122,7 +122,7 @@ def stress_sample(setup: Any) -> StressPlan:
     from benchmarks.datasets import load_benchmark
     from benchmarks.splits import select
 
-    ev, cfg = setup.eval, setup.judge
+    ev, cfg = setup.options, setup.judge
     bench = select(load_benchmark(setup.benchmark.name), ev.split, ev.sample, setup.benchmark)
     return stress_plan(list(bench.questions), names_by_conversation(bench.conversations), cfg.stress_seed,
                        cfg.stress_size)
@@ -212,8 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     cache_path = Path(args.cache) if args.cache else out.with_suffix(".verdicts.jsonl")
     result: dict[str, Any] = {"bench": "judge_stress", "command": command("benchmarks.perf.bench_judge", argv),
                               "started": utc_now(), "load_average_before": load_average(),
-                              "benchmark": setup.benchmark.name, "split": setup.eval.split,
-                              "sample": setup.eval.sample, "judge": asdict(cfg), "cache": str(cache_path)}
+                              "benchmark": setup.benchmark.name, "split": setup.options.split,
+                              "sample": setup.options.sample, "judge": asdict(cfg), "cache": str(cache_path)}
     with ExitStack() as stack:
         started = time.perf_counter()
         client, base_url = open_judge(stack, cfg, args.api_key_env)

@@ -228,7 +228,7 @@ def answer_question(llm: Any, question: str, context: Context, cfg: AnswerConfig
     if _confidence_decides(context, cfg):
         if logprobs is None:  # the endpoint gave none: the lever cannot act, and must not look as if it did
             raise ConfigError(f"answer.abstain={cfg.abstain} needs token log-probabilities, and the reader's "
-                              "endpoint sends none: use another answer.abstain")
+                              "endpoint sends none: use another answer.abstain (embedded model: llm.local.logprobs=true)")
         confidence = _confidence(logprobs)
         if confidence is not None and confidence < cfg.abstain_logprob:
             text = ABSTAIN_TEXT

@@ -242,6 +242,8 @@ class LLMClient:
         }
         if seed is not None:
             params["seed"] = seed
+        if logprobs and self.cfg.backend == "local" and not self.cfg.local.logprobs:
+            logprobs = False  # the embedded server runs without them (llm.local.logprobs): the reply has none
         if logprobs:
             # top_logprobs too: llama-cpp-python computes none without it, and says nothing (session 19's
             # omni run with record_logprobs came back without them); 1 is the cheapest any server accepts

@@ -207,12 +207,19 @@ class LocalEndpoint:
     server: LocalServer
 
 
+def logits_args(logprobs: bool) -> tuple[str, ...]:
+    """The server flag for ``llm.local.logprobs``: without it llama-cpp-python keeps the logits of every
+    prompt token (its ``logits_all`` default), which no answer needs unless it reads log-probabilities."""
+    return ("--logits_all", "true" if logprobs else "false")
+
+
 @contextmanager
 def shared_server(cfg: LocalLLMConfig, alias: str) -> Iterator[LocalEndpoint]:
     """Start (or join) the process's server for ``cfg``; stop it when the last user leaves."""
     check_server_installed()  # before the 1 GB assembly, so a missing extra fails fast
     model = ensure_model_file(cfg)
-    settings = ServerSettings(model.path, alias, cfg.n_ctx, cfg.n_threads, cfg.port, cfg.startup_timeout_s)
+    settings = ServerSettings(model.path, alias, cfg.n_ctx, cfg.n_threads, cfg.port, cfg.startup_timeout_s,
+                              logits_args(cfg.logprobs))
     with _registry_lock:
         entry = _registry.get(settings)
         if entry is None or not entry[0].running:

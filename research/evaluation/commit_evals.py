@@ -38,7 +38,7 @@ def stage_of(tag: str) -> str:
     """The stage an evaluation's tag names, as progress events report it."""
     if tag.startswith("-screen"):
         return "screen"
-    if tag == "-probe":
+    if tag.startswith("-probe"):  # the early stop's nested samples: -probe, -probe-<sample>
         return "probe"
     return "check" if "check" in tag else "evaluate"
 
@@ -79,13 +79,13 @@ class Evaluations:
         from benchmarks.config import EvalSetup
 
         ev = self.setup.eval
-        changes: dict[str, Any] = dict(split=split or ev.eval.split,
-                                       sample=sample if sample is not None else (ev.eval.sample or "full"),
+        changes: dict[str, Any] = dict(split=split or ev.options.split,
+                                       sample=sample if sample is not None else (ev.options.sample or "full"),
                                        run_id=eval_run_id, mlflow=False, resume=False, complement=complement,
-                                       workers=self.workers_override or ev.eval.workers)
-        if reader is not None and reader != ev.eval.reader:
+                                       workers=self.workers_override or ev.options.workers)
+        if reader is not None and reader != ev.options.reader:
             changes |= {"reader": reader, "objective": "auto"}  # the screen: reader-free context recall
-        return EvalSetup(dataclasses.replace(ev.eval, **changes), ev.benchmark, ev.memory, ev.llm, ev.raw)
+        return EvalSetup(dataclasses.replace(ev.options, **changes), ev.benchmark, ev.memory, ev.llm, ev.raw)
 
     def run(self, tree: Path, head: str, exp_id: str, sample: str | None, tag: str = "", *, gateway: Any = None,
             reader: str | None = None, code_changed: bool = True, edited: Any = (), complement: bool = False,
@@ -95,7 +95,7 @@ class Evaluations:
         sc = self.setup.research.sandbox
         key = hashlib.sha256(json.dumps([head, reader, sample, complement, split, heldout]).encode()).hexdigest()[:10]
         folder = self.folder_for(exp_id, f"{tag}-{key}")
-        use_reader = (reader or self.setup.eval.eval.reader) == "llm"
+        use_reader = (reader or self.setup.eval.options.reader) == "llm"
         setup = self.eval_setup(sample, f"{self.run_id}-{exp_id}{tag}", split, reader=reader, complement=complement)
         job = EvalJob(setup, tree, self.preset, folder / "untrusted", runs_root=folder,
                       wall_timeout_s=sc.wall_timeout_s if sc.wall_timeout_s is not None else scaled_timeout(setup),

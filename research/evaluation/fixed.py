@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from benchmarks.config import EvalSetup
+from benchmarks.config import EvalSetup, reader_prompt_cap
 from benchmarks.runner import EvalResult, selection
 from harness.views import ANSWERS_FILE
 from research.evaluation.answer_progress import answer_progress
@@ -45,7 +45,7 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
     from benchmarks.runner import new_run_id
     from harness.paths import REPO_ROOT, cache_dir, runs_dir
 
-    ev = setup.eval
+    ev = setup.options
     ev.run_id = ev.run_id or new_run_id(setup)
     preset, mem_overrides = memory_choice(overrides, setup)
     bench = selection(setup)
@@ -66,7 +66,7 @@ def evaluate_config(setup: EvalSetup, overrides: Sequence[str] = (), *, code_roo
             if sandbox is not None:
                 sock = short_socket_dir()
                 stack.callback(shutil.rmtree, sock, True)
-                gateway = stack.enter_context(open_gateway(setup.llm, llm, sock))
+                gateway = stack.enter_context(open_gateway(setup.llm, llm, sock, prompt_cap=reader_prompt_cap(ev)))
                 job.reader_llm = reader_config_for_sandbox(setup.llm)
         # anything but dev (test, all) shares only with other held-out evaluations
         shared = SharedCache.for_split(cache_dir(), ev.split) if sandbox is not None else None
@@ -83,9 +83,9 @@ def run_in_process(setup: EvalSetup, overrides: Sequence[str] = (), *, llm: Any 
     from benchmarks.runner import new_run_id
     from harness.paths import REPO_ROOT, runs_dir
 
-    setup.eval.run_id = setup.eval.run_id or new_run_id(setup)
+    setup.options.run_id = setup.options.run_id or new_run_id(setup)
     preset, mem_overrides = memory_choice(overrides, setup)
-    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / setup.eval.run_id / "untrusted",
+    job = EvalJob(setup, Path(code_root or REPO_ROOT), preset, runs_dir() / setup.options.run_id / "untrusted",
                   memory_overrides=mem_overrides)
     out = evaluate(job, None, llm=llm, raise_errors=True)
     assert out.eval_result is not None

@@ -86,7 +86,7 @@ def judge_gateway(judge_llm: Any, run_gateway: Any = None, *, reply_cache: bool 
 
 def judging_applies(setup: Any) -> bool:
     """J is measured when the trusted config names a judge and a reader answered (the screen has no answers)."""
-    return setup.judge is not None and setup.eval.reader == "llm"
+    return setup.judge is not None and setup.options.reader == "llm"
 
 
 def judge_evaluation(setup: Any, bench: Any, result: Any, run_gateway: Any = None) -> JudgedEval | None:

@@ -24,8 +24,9 @@ def reader_config_for_sandbox(cfg: Any) -> dict[str, Any]:
     return d
 
 
-def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> Any:
-    """A host-side gateway to the reader's endpoint (the key stays in this process)."""
+def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None, prompt_cap: int | None = None) -> Any:
+    """A host-side gateway to the reader's endpoint (the key stays in this process); ``prompt_cap``: the
+    run's reader budget in prompt tokens (benchmarks.config.reader_prompt_cap), None for none."""
     from research.gateway.service import LLMGateway
 
     key = None if cfg.backend == "local" else os.environ.get(cfg.api_key_env) or None
@@ -43,7 +44,8 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None) -> An
                       budget=budget, price_input_per_1m=cfg.price_input_per_1m,
                       price_output_per_1m=cfg.price_output_per_1m, cache=cache,
                       cache_tag=getattr(llm, "cache_tag", None),
-                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded)
+                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded,
+                      prompt_cap=prompt_cap)
 
 
 def short_socket_dir() -> Path:

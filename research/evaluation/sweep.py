@@ -208,9 +208,9 @@ def run_sweep(overrides: Sequence[str], *, sweep_id: str | None = None,
     sweep_id = sweep_id or f"sweep-{datetime.now():%Y%m%d-%H%M%S}"
     setups = [load_eval_setup(c) for c in combos]  # every config fails at compose time, before anything runs
     runs = [SweepRun(c, f"{sweep_id}-{i:02d}") for i, c in enumerate(combos)]
-    parent = _mlflow_parent(setups[0], sweep_id, len(runs)) if setups[0].eval.mlflow else None
+    parent = _mlflow_parent(setups[0], sweep_id, len(runs)) if setups[0].options.mlflow else None
     for s, r in zip(setups, runs):
-        s.eval.run_id, s.eval.parent_run_id = r.run_id, parent
+        s.options.run_id, s.options.parent_run_id = r.run_id, parent
     _evaluate_all(setups, runs, on_done)
     frame = comparison_frame(runs, keys)
     folder = runs_dir() / sweep_id
@@ -252,8 +252,8 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
             preset, mem = memory_choice(run.overrides, setup)
             bench = selection(setup)
             job = EvalJob(setup, Path(REPO_ROOT), preset, runs_dir() / run.run_id / "untrusted", memory_overrides=mem,
-                          wall_timeout_s=eval_wall_timeout(setup.eval, sum(len(c.questions) for c in bench.conversations)))
-            if setup.eval.sandbox == "inprocess":
+                          wall_timeout_s=eval_wall_timeout(setup.options, sum(len(c.questions) for c in bench.conversations)))
+            if setup.options.sandbox == "inprocess":
                 if execution.executor != "local":
                     raise ConfigError("sandbox=inprocess runs in this process: research.executor=ray needs a sandbox "
                                       "(sandbox=auto | docker | bwrap | process)")
@@ -262,8 +262,8 @@ def _evaluate_all(setups: list[Any], runs: list[SweepRun], on_done: Callable[[Sw
                 continue
             gateway, reader_llm = _gateway(stack, setup, gateways)
             job.reader_llm = reader_llm
-            shared = SharedCache.for_split(cache_dir(), setup.eval.split)
-            pending.append(begin_sandboxed(job, bench, make_sandbox(setup.eval.sandbox), gateway=gateway,
+            shared = SharedCache.for_split(cache_dir(), setup.options.split)
+            pending.append(begin_sandboxed(job, bench, make_sandbox(setup.options.sandbox), gateway=gateway,
                                            shared=shared, label=" ".join(run.overrides)))
             order.append(i)
         for j, ran in executor.run_all([p.task for p in pending]):
@@ -281,17 +281,20 @@ def _execution(setup: Any, schema: type) -> Any:
 
 def _gateway(stack: ExitStack, setup: Any, opened: dict[str, tuple[Any, dict[str, Any]]]) -> tuple[Any, dict[str, Any]]:
     """One reader endpoint and host-side gateway per distinct LLM config of the sweep (none for reader=none)."""
-    if setup.eval.reader != "llm":
+    if setup.options.reader != "llm":
         return None, {}
+    from benchmarks.config import reader_prompt_cap
     from memsys.llm.client import open_llm
     from research.evaluation.reader_link import open_gateway, reader_config_for_sandbox, short_socket_dir
 
-    key = json.dumps(asdict(setup.llm), sort_keys=True, default=str)
+    cap = reader_prompt_cap(setup.options)
+    key = json.dumps([asdict(setup.llm), cap], sort_keys=True, default=str)  # one gateway per endpoint and budget
     if key not in opened:
         llm = stack.enter_context(open_llm(setup.llm))
         sock = short_socket_dir()
         stack.callback(shutil.rmtree, sock, True)
-        opened[key] = (stack.enter_context(open_gateway(setup.llm, llm, sock)), reader_config_for_sandbox(setup.llm))
+        opened[key] = (stack.enter_context(open_gateway(setup.llm, llm, sock, prompt_cap=cap)),
+                       reader_config_for_sandbox(setup.llm))
     return opened[key]
 
 
@@ -302,7 +305,7 @@ def _mlflow_parent(setup: Any, sweep_id: str, n: int) -> str | None:
 
         from benchmarks.tracking import setup_mlflow, tracking_uri
 
-        exp = setup_mlflow(setup.eval.mlflow_experiment)
+        exp = setup_mlflow(setup.options.mlflow_experiment)
         return MlflowClient(tracking_uri()).create_run(exp, run_name=sweep_id, tags={"kind": "sweep", "configs": str(n)}).info.run_id
     except Exception as exc:  # noqa: BLE001 - tracking never stops an evaluation
         log.warning("MLflow parent run of the sweep not created: %s", exc)

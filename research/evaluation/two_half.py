@@ -119,7 +119,7 @@ def prepare_public(job: EvalJob, bench: Any) -> tuple[PredictRequest, Path]:
     write_public_view(bench, public)
     out.mkdir(parents=True, exist_ok=True)
     cache.mkdir(parents=True, exist_ok=True)
-    ev = job.setup.eval
+    ev = job.setup.options
     llm = dict(job.reader_llm)
     req = PredictRequest(view_path=str(public / VIEW_FILE), out_dir=str(out), memory_preset=job.memory_preset,
                          memory_overrides=tuple(job.memory_overrides), reader=ev.reader, system=ev.system,
@@ -180,7 +180,8 @@ def _check_endpoint_claim(failure: Failure, gateway: Gateway | None, before: Any
         return failure
     if gateway is not None:
         d = gateway.usage() - before
-        if (budget and d.rejected_budget) or (not budget and d.errors):
+        # a prompt the cap refused was the evaluated code's own doing: never evidence of an endpoint failure
+        if (budget and d.rejected_budget) or (not budget and d.errors - d.rejected_prompt):
             return failure
     return _failure(FailureClass.RUNTIME_ERROR, f"the evaluated code reported '{failure.message}', but the "
                     "gateway saw no such reply", code_changed=code_changed)
@@ -421,4 +422,4 @@ def eval_wall_timeout(ev: Any, n_questions: int) -> float:
 def scaled_timeout(setup: EvalSetup) -> float:
     """``eval_wall_timeout`` for the questions ``setup`` selects (the loop's evaluations, unless
     research.sandbox.wall_timeout_s fixes it)."""
-    return eval_wall_timeout(setup.eval, sum(len(c.questions) for c in selection(setup).conversations))
+    return eval_wall_timeout(setup.options, sum(len(c.questions) for c in selection(setup).conversations))

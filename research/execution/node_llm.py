@@ -64,7 +64,7 @@ class _NodeServer:
     def __init__(self, model: EmbeddedModel) -> None:
         from memsys.config import LocalLLMConfig
         from memsys.errors import ModelError
-        from memsys.llm.local import LocalServer, ServerSettings
+        from memsys.llm.local import LocalServer, ServerSettings, logits_args
         from memsys.llm.model_files import ensure_model_file, file_sha256
 
         cfg = LocalLLMConfig(**model.local)
@@ -73,7 +73,8 @@ class _NodeServer:
         if sha != model.sha256:
             raise ModelError(f"the model file on this node ({found.path}) has sha256 {sha[:12]}..., "
                              f"the driver serves {model.sha256[:12]}...")
-        settings = ServerSettings(found.path, model.alias, cfg.n_ctx, cfg.n_threads, 0, cfg.startup_timeout_s)
+        settings = ServerSettings(found.path, model.alias, cfg.n_ctx, cfg.n_threads, 0, cfg.startup_timeout_s,
+                                  logits_args(cfg.logprobs))
         self._server = LocalServer(settings).start()  # its child exits when this actor's process does
 
     def post(self, payload: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -132,6 +132,7 @@ class LLMGateway:
         cache_tag: str | None = None,
         upstream_dialect: str = "openai",
         embedded: Any = None,
+        prompt_cap: int | None = None,
     ) -> None:
         """``cache_tag`` (e.g. the local GGUF's identity) joins the cache namespace, so two
         weight files served under one model name never share replies. ``upstream_dialect``
@@ -140,7 +141,9 @@ class LLMGateway:
         (it cannot know), so the gateway rewrites that one field on the wire (the cache key keeps
         the child's form, as the direct client's does). ``embedded`` (a
         research.execution.node_llm.EmbeddedModel) says the upstream is the embedded model, which a Ray node
-        can serve itself: :meth:`route_to_nodes` then sends a node's calls to its own server."""
+        can serve itself: :meth:`route_to_nodes` then sends a node's calls to its own server. ``prompt_cap``: a
+        request whose prompt has more tokens is refused (413) before the cache and the upstream, so a reader
+        objective is scored at the run's context budget (benchmarks.config.reader_prompt_cap)."""
         parts = _checked_upstream(upstream_base_url, model, upstream_dialect, Path(socket_path))
         self.socket_path = Path(socket_path)
         self.upstream_base_url = upstream_base_url.rstrip("/")
@@ -157,6 +160,7 @@ class LLMGateway:
         self.default_max_tokens = default_max_tokens
         self.upstream_dialect = upstream_dialect
         self.embedded = embedded
+        self.prompt_cap = prompt_cap
         # the relay bridge's proof that a request came from a node (research.execution.relay): never in a sandbox
         self.route_token = secrets.token_hex(16)
         self._node_upstream: NodeUpstream | None = None
@@ -266,6 +270,10 @@ class LLMGateway:
         """The answer to one chat-completions request body."""
         body, messages, max_tokens, choices, temperature = validated_chat_request(
             raw, model=self.model, default_max_tokens=self.default_max_tokens)
+        if self.prompt_cap is not None and (n := count_message_tokens(messages)) > self.prompt_cap:
+            self.counters.add(rejected_prompt=1)
+            raise reject(413, f"LLM gateway: the prompt has {n} tokens, over this run's reader budget of "
+                              f"{self.prompt_cap} (its context budget plus the fixed instructions)", "prompt_over_budget")
 
         key = None
         if self.cache is not None:

@@ -20,6 +20,7 @@ class GatewayUsage:
     node_forwarded: int = 0  # of those, answered by the embedded server of the node that asked (research.execution.node_llm)
     cache_hits: int = 0  # chat requests answered from the cache
     rejected_budget: int = 0  # refused with 402 before reaching upstream
+    rejected_prompt: int = 0  # refused with 413: a prompt over the run's reader budget (prompt_cap); also in errors
     errors: int = 0  # answers with status >= 400 other than budget refusals (upstream's included)
     prompt_tokens: int = 0  # booked from forwarded successful calls
     completion_tokens: int = 0

@@ -230,7 +230,7 @@ class CostTimeRow:
     experiment_id: str
     decision: str
     propose_s: float
-    eval_s: float  # the reader's evaluation: the futility probe and the full run
+    eval_s: float  # the reader's evaluation: the early-stop samples and the full run
     overhead_s: float  # total - propose - eval when total is known, else apply + overhead
     total_s: float
     tokens: int

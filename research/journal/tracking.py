@@ -61,10 +61,10 @@ def start_parent_run(setup: Any, run_id: str, base_commit: str) -> str | None:
 
         from benchmarks.tracking import setup_mlflow, tracking_uri
 
-        exp = setup_mlflow(setup.eval.eval.mlflow_experiment)
+        exp = setup_mlflow(setup.eval.options.mlflow_experiment)
         run = MlflowClient(tracking_uri()).create_run(exp, run_name=run_id, tags={
             "kind": "optimization", "run_id": run_id, "proposer": setup.research.proposer,
-            "benchmark": setup.eval.benchmark.name, "split": setup.eval.eval.split,
+            "benchmark": setup.eval.benchmark.name, "split": setup.eval.options.split,
             "base_commit": base_commit, "llm_model": setup.eval.llm.model})
         return run.info.run_id
     except Exception as exc:

@@ -84,8 +84,9 @@ class ExperimentRecord:
     screen: dict[str, Any] = field(default_factory=dict)  # reader-free screen: questions, changed inputs, verdict
     test: dict[str, Any] = field(default_factory=dict)  # paired test against the best (research.evaluation.stats.PairedTest)
     check: dict[str, Any] = field(default_factory=dict)  # the disjoint dev slice checked before the best ref moves
-    # the futility probe (reader objectives): the candidate on a smaller nested sample against the best; when
-    # "stopped", objective_value is the best's value plus the paired delta there, and metrics are the probe's
+    # the early stop (reader objectives; research/loop/pruning.py): the candidate on nested smaller samples against
+    # the best; when "stopped", objective_value is the best's value plus the paired delta there, and metrics are
+    # that sample's
     probe: dict[str, Any] = field(default_factory=dict)
     # the leakage screen of the committed diff (benchmarks/leakage): refused, hits with their snippets, seconds
     leakage: dict[str, Any] = field(default_factory=dict)

@@ -34,20 +34,18 @@ def _summary(out: EvalOutcome) -> dict[str, Any]:
             "n_questions": out.result["n_questions"], "metrics": keep}
 
 
-def confirm(run: RunContext) -> dict[str, Any]:
-    """Evaluate base and best on the held-out split with ``run``'s sandbox and gateway; returns the record."""
-    st = run.state
-    cc = run.setup.research.confirm
-    sample = cc.sample or run.setup.eval.eval.sample or "full"
+def _held_out(run: RunContext, sample: str, prefix: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """Base and best commit evaluated once each on the held-out split (the best reuses the base's result when
+    they are the same commit): summaries and scored rows by label."""
+    st, cc = run.state, run.setup.research.confirm
     results: dict[str, Any] = {}
     rows: dict[str, list[dict[str, Any]]] = {}
-    commits = {"baseline": st.base_commit, "best": st.best_commit}
-    for label, commit in commits.items():
+    for label, commit in {"baseline": st.base_commit, "best": st.best_commit}.items():
         if label == "best" and commit == st.base_commit:
             results["best"] = dict(results["baseline"], same_as="baseline")
             rows["best"] = rows.get("baseline", [])
             continue
-        exp_id = f"confirm-{label}"
+        exp_id = f"{prefix}-{label}"
         wt = run.ws.create(exp_id, commit)
         try:
             out = run.hooks.run_eval(wt, exp_id, sample, code_changed=label != "baseline", split=cc.split, heldout=True)
@@ -55,6 +53,15 @@ def confirm(run: RunContext) -> dict[str, Any]:
             run.ws.remove(wt.path)
         results[label] = _summary(out) | {"commit": commit}
         rows[label] = read_rows(eval_dir(out)) if out.ok else []
+    return results, rows
+
+
+def confirm(run: RunContext) -> dict[str, Any]:
+    """Evaluate base and best on the held-out split with ``run``'s sandbox and gateway; returns the record."""
+    st = run.state
+    cc = run.setup.research.confirm
+    sample = cc.sample or run.setup.eval.options.sample or "full"
+    results, rows = _held_out(run, sample, "confirm")
     dev_base = next((r.objective_value for r in run.records if r.index == 0), None)
     record = {
         "split": cc.split, "sample": sample, "objective": run.setup.eval.objective,
@@ -69,6 +76,43 @@ def confirm(run: RunContext) -> dict[str, Any]:
     st.save(run.run_dir)
     _log_mlflow(st, record)
     return record
+
+
+def reader_check(run: RunContext, sample: str) -> dict[str, Any]:
+    """End to end on held-out questions: base and best answered by the reader (``run``'s setup with
+    ``reader=llm``), the reader objective paired best minus baseline, and the prompt tokens each paid. A run
+    that climbed a reader-free proxy shows here what its gain bought in answers; it is a record beside the
+    confirmation, never a change of it. Saved as the state's ``reader_check``."""
+    st, cc = run.state, run.setup.research.confirm
+    results, rows = _held_out(run, sample, "reader-check")
+    record = {
+        "split": cc.split, "sample": sample, "objective": run.setup.eval.objective,
+        "finished": datetime.now().isoformat(timespec="seconds"),
+        "test": {"baseline": results["baseline"].get("objective_value"), "best": results["best"].get("objective_value")},
+        "prompt_tokens": {label: _mean_prompt_tokens(r) for label, r in rows.items()},
+        "runs": results, "test_paired": _paired(run, rows),
+    }
+    record["line"] = reader_line(record)
+    st.reader_check = record
+    st.save(run.run_dir)
+    return record
+
+
+def _mean_prompt_tokens(rows: list[dict[str, Any]]) -> float | None:
+    got = [float(r["prompt_tokens"]) for r in rows if isinstance(r.get("prompt_tokens"), (int, float))]
+    return round(sum(got) / len(got), 1) if got else None
+
+
+def reader_line(record: dict[str, Any]) -> str:
+    """One line for a reader check. Pure."""
+    t, p, tok = record.get("test") or {}, record.get("test_paired") or {}, record.get("prompt_tokens") or {}
+    where = f"{record.get('objective')} on {record.get('split')} {record.get('sample')}"
+    if None in (t.get("baseline"), t.get("best")) or "ci_low" not in p:
+        return f"with the reader ({where}): no paired comparison (an evaluation failed)"
+    cost = (f"; {tok['baseline']:,.0f} -> {tok['best']:,.0f} prompt tokens a question"
+            if tok.get("baseline") is not None and tok.get("best") is not None else "")
+    return (f"with the reader ({where}, {p['n']} questions): baseline {t['baseline']:.4f} -> best {t['best']:.4f}, "
+            f"{p['mean_delta']:+.4f} [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}]{cost}")
 
 
 def _paired(run: RunContext, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -158,7 +158,7 @@ class Experiment:
         if moved := self.run_ctx.held.moved(parent, after):
             return Stop("rejected", held_failure(moved), "propose")
         reason = static_noop(parent, prop.config_overrides)
-        if not reason and self.run_ctx.setup.eval.eval.reader == "none" and all(
+        if not reason and self.run_ctx.setup.eval.options.reader == "none" and all(
                 o.removeprefix("memory.").startswith("answer.") for o in prop.config_overrides):
             reason = "only the reader's settings change, and the objective is reader-free"
         if reason:
@@ -361,8 +361,8 @@ class Experiment:
         if m.stopped_early:
             p = m.probe
             d = dataclasses.replace(d, reason=f"{d.reason}; stopped after the probe: {p['questions']} of {p['of']} "
-                                    f"questions ({p['sample']}), clearly worse (CI below 0, p_worse={p['p_worse']:.3g} "
-                                    f"< {p['alpha']:g})")
+                                    f"questions ({p['sample']}), clearly worse (Optuna's WilcoxonPruner, p < "
+                                    f"{p['p_threshold']:g})")
         return d
 
     def conclude(self, prop: Proposal, d: D.Decision) -> None:

@@ -3,10 +3,10 @@
 The cascade of one candidate: a reader-free run on the run's own questions (cheap: no LLM) that
 both catches crashes and hashes the reader's inputs per question; a candidate whose inputs equal
 its parent's everywhere is stopped there ("no effect"). Only then does the reader run (when the
-objective needs one): first on the futility probe's smaller nested sample
-(``research.loop.probe_sample``), paired with the best on the questions both answered; a candidate
-clearly worse there (the whole CI below 0, p_worse < ``probe_alpha``) is decided on that evidence, and
-any other goes on to the full sample, whose reader finds the probe's replies in its cache. With a 1.5B
+objective needs one): first on nested smaller samples (``research.loop.probe_samples``), where Optuna's
+WilcoxonPruner pairs it with the best on the questions answered so far (research/loop/pruning.py); a
+candidate clearly worse on one is decided on that evidence, and any other goes on to the full sample,
+whose reader finds the answers so far in its cache. With a 1.5B
 reader a LoCoMo question takes 10-20 s, so a candidate that loses a third of the score no longer costs
 the 152-question run to find out. A failure at either stage is classified and healed by ``plan_heal``:
 a repair edit from the researcher, reverting an edit that imported a missing module, backing off, a
@@ -33,7 +33,7 @@ from research.proposers.base import Applied, Proposal, mean_context_tokens
 def measure(exp: Trial, prop: Proposal) -> Measured | Stop:
     run, rec = exp.run_ctx, exp.rec
     lc = run.setup.research.loop
-    reader_free = run.setup.eval.eval.reader == "none"
+    reader_free = run.setup.eval.options.reader == "none"
     sample: str | None = None
     tried: set[str] = set()
     screen: Screen | None = None
@@ -84,71 +84,68 @@ def _no_change_result(out: Any) -> bool:
 
 def _screen(exp: Trial, sample: str | None, attempt: int) -> tuple[Any, Screen | None]:
     run, rec = exp.run_ctx, exp.rec
-    run.stage(rec, "screen", f"reader-free on {sample or run.setup.eval.eval.sample or 'full'}")
+    run.stage(rec, "screen", f"reader-free on {sample or run.setup.eval.options.sample or 'full'}")
     t = time.perf_counter()
     out = run.hooks.run_eval(exp.wt, rec, sample, f"-screen{attempt}" if attempt else "-screen", reader="none",
                         code_changed=True, edited=getattr(exp, "edited", []))
     rec.durations["screen_s"] = rec.durations.get("screen_s", 0.0) + time.perf_counter() - t
     if not out.ok and not _no_change_result(out):
         return out, None
-    field = screen_field(run.setup.eval.eval.reader, run.setup.eval.objective)
+    field = screen_field(run.setup.eval.options.reader, run.setup.eval.objective)
     s = compare_inputs(read_rows(run.state.start_eval_dir), read_rows(eval_dir(out)), field)
     s.outcome = out
     return out, s
 
 
-def probe_applies(run: RunContext) -> str | None:
-    """The probe's sample when this run has one: a reader objective, a probe sample named, smaller than the
-    run's own sample (a run on ``small`` itself, or on ``tiny``, has nothing to save)."""
+def probe_samples(run: RunContext) -> list[str]:
+    """The nested samples a candidate is answered on before its full run, smallest first: a reader objective,
+    and only the named samples smaller than the run's own (a run on ``small`` has nothing to save on ``small``)."""
     lc, ev = run.setup.research.loop, run.setup.eval
-    name = lc.probe_sample
-    if not name or ev.eval.reader == "none":
-        return None
+    if ev.options.reader == "none":
+        return []
     sizes = ev.benchmark.samples
-    own = sizes.get(ev.eval.sample or "full", 0)  # 0: the whole split
-    size = sizes.get(name)
-    if not size:  # unknown (refused at setup) or the whole split
-        return None
-    return name if own == 0 or size < own else None
-
-
-def probe_verdict(test: Any, *, sample: str, of: int, alpha: float, min_questions: int = 10) -> dict[str, Any]:
-    """Stop the candidate when the paired difference on the probe's questions is clearly negative: its whole
-    confidence interval below 0 and p_worse < ``alpha`` (stricter than the run's alpha by default, so a
-    candidate that would have been merely "not better" is never cut short). Pure."""
-    stopped = test.n >= min_questions and test.ci_high < 0 and test.p_worse < alpha
-    return {"sample": sample, "questions": test.n, "of": of, "delta": test.mean_delta, "ci_low": test.ci_low,
-            "ci_high": test.ci_high, "p_worse": test.p_worse, "alpha": alpha, "stopped": stopped}
+    own = sizes.get(ev.options.sample or "full", 0)  # 0: the whole split
+    named = [(sizes[n], n) for n in dict.fromkeys(lc.probe_samples) if sizes.get(n)]  # 0: the whole split
+    return [n for size, n in sorted(named) if own == 0 or size < own]
 
 
 def _probe(exp: Trial, screen: Screen) -> tuple[Any, Measured | None]:
-    """Answer the probe's questions first; a clearly worse candidate stops here (a Measured that says so).
-    A probe that fails is the evaluation's failure (healed as such); one that passes leaves its replies in
-    the reader's cache for the full run."""
+    """Answer the nested samples in turn; after each, Optuna's WilcoxonPruner (research/loop/pruning.py) decides
+    whether the candidate is clearly worse than the best on the questions so far, and a stopped one is decided
+    on that evidence (a Measured that says so). A batch that fails is the evaluation's failure (healed as such);
+    the answers of batches passed come back from the reader's cache in the next one and in the full run."""
     from research.evaluation.stats import StatsInputError, per_question
+    from research.loop.pruning import prune_verdict
 
     run, rec = exp.run_ctx, exp.rec
-    name = probe_applies(run)
-    best_rows = read_rows(run.state.best_eval_dir) if name else []
-    if not name or not best_rows:
+    names = probe_samples(run)
+    best_rows = read_rows(run.state.best_eval_dir) if names else []
+    if not names or not best_rows:
         return None, None
     lc = run.setup.research.loop
-    run.stage(rec, "probe", f"{run.setup.eval.objective} with the reader on {name}, against the best")
-    t = time.perf_counter()
-    out = run.hooks.run_eval(exp.wt, rec, name, "-probe", code_changed=True, edited=getattr(exp, "edited", []))
-    rec.durations["probe_s"] = rec.durations.get("probe_s", 0.0) + time.perf_counter() - t
-    if not out.ok and not _no_change_result(out):
-        return out, None
-    got = read_rows(eval_dir(out))
-    try:
-        test, of = run.evals.paired(rec.objective, got, best_rows), len(per_question(rec.objective, best_rows))
-    except (StatsInputError, ConfigError) as exc:
-        rec.probe = {"sample": name, "error": str(exc), "stopped": False}
-        return out, None
-    rec.probe = probe_verdict(test, sample=name, of=of, alpha=lc.probe_alpha)
-    if not rec.probe["stopped"]:
-        return out, None
-    return out, Measured(out, screen, got, probe=rec.probe, probe_test=test)
+    out, looks = None, []
+    for i, name in enumerate(names):
+        run.stage(rec, "probe", f"{run.setup.eval.objective} with the reader on {name}, against the best")
+        t = time.perf_counter()
+        out = run.hooks.run_eval(exp.wt, rec, name, "-probe" if i == 0 else f"-probe-{name}", code_changed=True,
+                                 edited=getattr(exp, "edited", []))
+        rec.durations["probe_s"] = rec.durations.get("probe_s", 0.0) + time.perf_counter() - t
+        if not out.ok and not _no_change_result(out):
+            return out, None
+        got = read_rows(eval_dir(out))
+        try:
+            best = per_question(rec.objective, best_rows)
+            test = run.evals.paired(rec.objective, got, best_rows)
+            verdict = prune_verdict(per_question(rec.objective, got), best, sample=name, of=len(best),
+                                    p_threshold=lc.probe_p, n_startup_steps=lc.probe_min_questions)
+        except (StatsInputError, ConfigError) as exc:
+            rec.probe = {"sample": name, "error": str(exc), "stopped": False}
+            return out, None
+        looks.append({"sample": name, "questions": verdict["questions"], "stopped": verdict["stopped"]})
+        rec.probe = verdict | {"ci_low": test.ci_low, "ci_high": test.ci_high, "p_worse": test.p_worse, "looks": looks}
+        if rec.probe["stopped"]:
+            return out, Measured(out, screen, got, probe=rec.probe, probe_test=test)
+    return out, None
 
 
 def _evaluate(exp: Trial, sample: str | None, attempt: int) -> Any:
@@ -188,7 +185,7 @@ def applied_now(run: RunContext, parent: str, commit: str, *, not_applied: str =
     diff = "" if not_applied else run.ws.diff(parent, commit)[0]
     return Applied(diff, not_applied, run.commits.config_at(commit),
                    mean_context_tokens(read_rows(run.state.start_eval_dir)), "the parent commit's evaluation",
-                   run.setup.eval.eval.context_budget_tokens)
+                   run.setup.eval.options.context_budget_tokens)
 
 
 def _repair(exp: Trial, prop: Proposal, f: Any, entry: dict[str, Any], attempt: int) -> bool:

@@ -56,7 +56,7 @@ class Measured:
     outcome: Any  # EvalOutcome of the objective's evaluation (the probe's, when it stopped the candidate)
     screen: Screen
     rows: list[dict[str, Any]] = field(default_factory=list)
-    probe: dict[str, Any] = field(default_factory=dict)  # the futility probe's verdict (research.loop.measure.probe_verdict)
+    probe: dict[str, Any] = field(default_factory=dict)  # the early stop's verdict (research.loop.pruning.prune_verdict)
     probe_test: Any = None  # its PairedTest against the best on the probe's questions
 
     @property

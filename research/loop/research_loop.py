@@ -374,7 +374,7 @@ class ResearchLoop:
 
         st = self.state
         cfg = self.commits.config_at(st.start_commit) or self.commits.config_at(st.best_commit)
-        reader_free = self.setup.eval.eval.reader == "none"
+        reader_free = self.setup.eval.options.reader == "none"
         withheld = withheld_levers(self.records, st.start_commit, pivot=st.mode == "pivot")
         absent = self.commits.absent_at(st.start_commit) | self.held.lever_ids  # neither is offered nor sampled
         knobs = (render_levers(cfg, reader_free=reader_free, withheld=withheld, absent=absent) if cfg is not None
@@ -386,7 +386,7 @@ class ResearchLoop:
         return ctx
 
     def _mlflow_parent(self) -> None:
-        if self.setup.eval.eval.mlflow and not self.state.mlflow_parent_run_id:
+        if self.setup.eval.options.mlflow and not self.state.mlflow_parent_run_id:
             self.state.mlflow_parent_run_id = start_parent_run(self.setup, self.run_id, self.state.base_commit)
             self.state.save(self.run_dir)
 

@@ -12,6 +12,7 @@ import shutil
 from contextlib import ExitStack
 from typing import Any, Callable, Iterable
 
+from benchmarks.config import reader_prompt_cap
 from harness.errors import MemsysError
 from research.config import RunSetup
 from research.evaluation.reader_link import open_gateway, short_socket_dir
@@ -26,7 +27,7 @@ class RunLLM:
         self.stack: ExitStack | None = None  # the run's stack: a switch opens the new client on it
 
     def needed(self) -> bool:
-        return self.setup.eval.eval.reader == "llm" or self.setup.research.proposer in ("llm", "alternate", "hybrid")
+        return self.setup.eval.options.reader == "llm" or self.setup.research.proposer in ("llm", "alternate", "hybrid")
 
     def open(self, stack: ExitStack) -> None:
         """The client (and the gateway for a reader run), closed with ``stack``; nothing when no LLM is needed."""
@@ -43,12 +44,13 @@ class RunLLM:
         if self.budget is None:  # one budget for the researcher and the reader (through the gateway)
             self.budget = Budget(max_tokens=b.tokens, max_usd=b.usd)
         self.llm = stack.enter_context(opener(cfg, budget=self.budget))
-        if self.setup.eval.eval.reader == "llm":
+        if self.setup.eval.options.reader == "llm":
             # the sandbox has no network: its reader reaches this endpoint through a gateway on a
             # Unix socket; the key stays in this process
             sock = short_socket_dir()
             stack.callback(shutil.rmtree, sock, True)
-            self.gateway = stack.enter_context(open_gateway(cfg, self.llm, sock, self.budget))
+            self.gateway = stack.enter_context(open_gateway(cfg, self.llm, sock, self.budget,
+                                                            prompt_cap=reader_prompt_cap(self.setup.eval.options)))
 
     def use_local_config(self) -> Any:
         """Point the run's LLM config at the embedded model; returns the config it replaced."""

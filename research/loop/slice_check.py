@@ -20,7 +20,7 @@ from research.loop.run_context import RunContext
 def check_on_complement(run: RunContext, exp: Any, d: D.Decision) -> D.Decision:
     """``d`` when the gain holds on the disjoint dev slice (or the check is off or impossible), else an iterate."""
     rec, lc = exp.rec, run.setup.research.loop
-    sample = run.setup.eval.eval.sample
+    sample = run.setup.eval.options.sample
     if not lc.check:
         return d
     if sample in (None, "", "full"):

@@ -49,6 +49,7 @@ class LoopState:
     stop_reason: str | None = None
     sandbox: dict = field(default_factory=dict)  # backend, guarantees, weak (set at start)
     confirmation: dict = field(default_factory=dict)  # held-out test results (never shown to the researcher)
+    reader_check: dict = field(default_factory=dict)  # `memsys confirm --reader`: the reader's F1 on held-out questions
     parent_commit: str | None = None  # where the next experiment starts: an attempt being refined, else best
     parent_eval_dir: str | None = None
     last_rule: str = ""  # the decision rule that fired last (shown to the researcher)

@@ -135,7 +135,7 @@ def finished_runs(text: str, benchmark: str, split: str) -> dict[str, tuple[Path
             raise SystemExit(f"--runs item {item!r} is not name=run-id")
         if name in out:
             raise SystemExit(f"--runs names {name!r} twice")
-        run_dir = runs_dir() / run_id
+        run_dir = Path(run_id) if "/" in run_id else runs_dir() / run_id  # a run id, or a folder (a loop's evals)
         if not (run_dir / "metrics.json").is_file():
             raise SystemExit(f"--runs {name}: {run_dir} has no metrics.json (not a finished evaluation)")
         try:

@@ -386,7 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.splits import load_benchmark_config, select
     from benchmarks.views import public_view
     from memsys.llm.client import LLMClient
-    from memsys.llm.local import LocalServer, ServerSettings, model_identity
+    from memsys.llm.local import LocalServer, ServerSettings, logits_args, model_identity
     from memsys.llm.model_files import ensure_model_file
 
     bench = select(load_benchmark(args.benchmark), args.split, args.sample, load_benchmark_config(args.benchmark))
@@ -409,7 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = llm_config(group[0].llm)
         model = ensure_model_file(cfg.local)
         settings = ServerSettings(model.path, cfg.model, cfg.local.n_ctx, cfg.local.n_threads,
-                                  startup_timeout_s=cfg.local.startup_timeout_s, extra_args=group[0].server)
+                                  startup_timeout_s=cfg.local.startup_timeout_s,
+                                  extra_args=logits_args(cfg.local.logprobs) + group[0].server)  # as memsys starts it
         with LocalServer(settings) as server:
             client = LLMClient(cfg, base_url=server.base_url, cache_tag=model_identity(model))
             client.chat([{"role": "user", "content": "Hello"}], max_tokens=4)  # pages the weights in

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from harness.errors import MemsysError
 from research.errors import ProposalFormatError
@@ -23,6 +23,34 @@ def is_sampler_draw(rec: ExperimentRecord) -> bool:
     if rec.proposer in SAMPLERS:
         return True
     return rec.proposer == "hybrid" and not rec.subspace and rec.hypothesis.startswith(EXPLORE_HYPOTHESIS)
+
+
+#: where an accepted gain came from (the report's attribution; issue #50)
+GAIN_SOURCES = ("researcher", "researcher's levers, sampler's values", "sampler draw", "repair")
+REPAIR_ACTIONS = ("repair_edit", "revert_import_edit")
+
+
+def gain_source(rec: ExperimentRecord) -> str:
+    """Who made the change an experiment measured: a repair when a repair edit (or the revert of an edit's
+    import) is what got it evaluated; else a sampler's draw, the hybrid's levers-by-the-model with values by
+    TPE, or the researcher's own proposal."""
+    if any(isinstance(h, dict) and h.get("action") in REPAIR_ACTIONS for h in rec.healing):
+        return "repair"
+    if is_sampler_draw(rec):
+        return "sampler draw"
+    return "researcher's levers, sampler's values" if rec.proposer == "hybrid" else "researcher"
+
+
+def gains_by_source(records: Sequence[ExperimentRecord]) -> list[tuple[str, int, float]]:
+    """(source, accepted experiments, summed gain over the best before each) for every source with an
+    accepted experiment, in GAIN_SOURCES order. Pure."""
+    got: dict[str, tuple[int, float]] = {}
+    for r in records:
+        if r.decision != "proceed" or r.objective_value is None or r.best_before is None:
+            continue
+        n, gain = got.get(gain_source(r), (0, 0.0))
+        got[gain_source(r)] = (n + 1, gain + float(r.objective_value) - float(r.best_before))
+    return [(s, *got[s]) for s in GAIN_SOURCES if s in got]
 
 
 @dataclass

@@ -189,7 +189,7 @@ def _category_names(benchmark: str) -> dict[str, str]:
 # --- sections --------------------------------------------------------------------------------
 def render_goal(objective: str, rows: list[dict[str, Any]], setup: Any) -> str:
     """What to maximize and what one question is worth (the prompt shows the best value itself)."""
-    ev, lc = setup.eval.eval, setup.research.loop
+    ev, lc = setup.eval.options, setup.research.loop
     lines = [f"maximize {objective} on the dev split (sample {ev.sample or 'full'})."]
     counted = questions_counted(objective, rows)
     if not rows:

@@ -23,7 +23,7 @@ from research.journal.taxonomy import (
     run_summary,
 )
 from research.journal.trajectory import TRAJECTORY_FILE, TrajectoryError
-from research.report.data import REPLAY_FILE, STATE_FILE, RunData, load_run
+from research.report.data import REPLAY_FILE, STATE_FILE, RunData, load_proxy_validity, load_run, run_budget
 from research.report.figures import (
     plot_categories,
     plot_compare,
@@ -38,11 +38,13 @@ from research.report.html import (
     esc,
     experiments_html,
     failures_html,
+    gains_html,
     header_html,
     held_out_line,
     img,
     nodes_html,
     pareto_html,
+    proxy_html,
     rejections_html,
     replay_html,
     taxonomy_html,
@@ -74,7 +76,9 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
     cats = img(plot_categories(recs, out_dir / "categories.png"), "per-category metrics")
     cost = img(plot_cost_time(recs, out_dir / "cost_time.png"), "time and cost per experiment")
     replay = replay_html(run, out_dir) if run.replay is not None else ""  # before the warnings: it adds some
-    parts = [header_html(run, s), verdict_html(run.state), warnings_html(run.warnings), confirmation_html(run.state), "<h2>Trajectory</h2>", traj,
+    proxy = proxy_html(s.objective, run_budget(run), load_proxy_validity())
+    parts = [header_html(run, s), verdict_html(run.state), warnings_html(run.warnings), proxy, confirmation_html(run.state),
+             "<h2>Trajectory</h2>", traj,
              replay, pareto_html(run, out_dir)]
     parts += ["<h2>Per-category metrics</h2>", cats,
               "<h2>Discovery taxonomy</h2><p class=muted>Experiments per type (baseline excluded), how many were "
@@ -84,6 +88,7 @@ def single_run_body(run: RunData, out_dir: Path) -> str:
               "the researcher's own label under it when the two differ. Δ: against the best so far, with the paired "
               "test's confidence interval when one was run.</p>", experiments_html(recs),
               "<h2>Time and cost</h2>", cost, cost_time_html(recs), nodes_html(recs),
+              "<h2>Where the gains came from</h2>", gains_html(recs),
               "<h2>Accepted experiments</h2>", accepted_html(recs)]
     return "".join(parts)
 

@@ -117,6 +117,24 @@ class JudgeRow:
     flag: str  # research.proposers.lessons.length_flag: J raised with answers too long ("" when not)
 
 
+PROXY_BENCH = "proxy.json"  # research/perf/bench_proxy.py's output under runs/bench/
+
+
+def load_proxy_validity(bench_dir: Path | None = None) -> dict[str, Any] | None:
+    """The latest proxy-validity measurement on this machine (runs/bench/proxy.json), None when there is none
+    or it cannot be read (the report then names the command that measures it)."""
+    from harness.paths import runs_dir
+
+    path = (bench_dir or runs_dir() / "bench") / PROXY_BENCH
+    found = _read_json(path, []) if path.is_file() else None
+    return found if found and isinstance(found.get("agreement"), dict) else None
+
+
+def run_budget(run: RunData) -> Any:
+    """The scorer's context budget the run was measured at (its composed config)."""
+    return run.config.get("context_budget_tokens")
+
+
 def judge_rows(records: list[ExperimentRecord]) -> list[JudgeRow]:
     """The experiments whose evaluation carried a judge, in order."""
     from research.proposers.lessons import length_flag

@@ -29,6 +29,7 @@ from research.journal.taxonomy import (
 )
 from research.journal.trajectory import TRAJECTORY_FILE, ExperimentRecord
 from research.loop.confirm import verdict_of
+from research.proposers.base import gain_source, gains_by_source
 from research.report.data import RunData, judge_rows, replay_steps
 from research.report.figures import (
     DECISION_STYLE,
@@ -109,7 +110,7 @@ def _delta_cell(rec: ExperimentRecord) -> str:
 
 
 def _value_cell(rec: ExperimentRecord) -> str:
-    """The value, marked when the futility probe stopped the candidate (an estimate from its questions)."""
+    """The value, marked when the early stop (research/loop/pruning.py) stopped the candidate (an estimate from its questions)."""
     p = rec.probe or {}
     if not p.get("stopped"):
         return fmt(rec.objective_value)
@@ -205,9 +206,11 @@ def confirmation_html(state: dict[str, Any]) -> str:
                                (f"{c.get('split', 'test')} / {c.get('sample') or 'full'} (held out)", "test"))]
     rows[1][1] += failed("baseline")
     rows[1][2] += failed("best")
+    reader = (state.get("reader_check") or {}).get("line")  # `memsys confirm --reader` (research.loop.confirm)
     return (f"<h2>Held-out confirmation</h2><p>{esc(c.get('objective', ''))}: baseline and best commit, dev as the "
             f"loop measured it and the held-out split scored once at the end ({esc(c.get('finished', ''))}).</p>"
-            + table(["split", "baseline", "best", "delta"], rows, numeric=(1, 2, 3)))
+            + table(["split", "baseline", "best", "delta"], rows, numeric=(1, 2, 3))
+            + (f"<p><b>End to end:</b> {esc(reader)}</p>" if reader else ""))
 
 
 def verdict_html(state: dict[str, Any]) -> str:
@@ -218,6 +221,23 @@ def verdict_html(state: dict[str, Any]) -> str:
         return ""
     css = "warn" if verdict.get("confirmed") is False else "note"
     return f'<div class="{css} verdict"><b>{esc(verdict["line"])}</b></div>'
+
+
+def proxy_html(objective: str, budget: Any, measured: dict[str, Any] | None) -> str:
+    """Next to a run that climbed the reader-free proxy: how well that proxy ranks configs as the reader's F1
+    does, as research/perf/bench_proxy.py measured it at the same budget on this machine, or the command that
+    measures it. Other objectives: nothing."""
+    if objective != "context_recall":
+        return ""
+    if not measured or measured.get("budget") != budget:
+        return (f'<p class="muted">How well context recall at B = {esc(budget)} ranks configs as the reader\'s F1 does '
+                f"is not measured here: <code>python -m research.perf.bench_proxy --budget {esc(budget)}</code>.</p>")
+    a = measured["agreement"]
+    return (f'<p class="muted">Proxy validity ({esc(measured.get("when", "?"))}, {len(measured["configs"])} configs, '
+            f"{measured['questions']} questions, {esc(measured.get('sample', '?'))}): Spearman &rho; "
+            f"{a['spearman']:+.2f} [{a['spearman_ci'][0]:+.2f}, {a['spearman_ci'][1]:+.2f}], Kendall &tau; "
+            f"{a['kendall']:+.2f} between this objective and the reader's F1 on categories 1-4 "
+            f"(<code>{esc(measured.get('command', ''))}</code>).</p>")
 
 
 def warnings_html(warnings: Sequence[str]) -> str:
@@ -376,6 +396,15 @@ def diff_html(diff: str) -> str:
     return "\n".join(line(t) for t in diff.split("\n"))
 
 
+def gains_html(records: Sequence[ExperimentRecord]) -> str:
+    """Each accepted gain attributed to its source: the researcher's own proposal, a sampler draw, the hybrid's
+    levers with TPE's values, or a repair (research.proposers.base.gain_source)."""
+    rows = [[esc(source), str(n), fmt_delta(gain)] for source, n, gain in gains_by_source(records)]
+    if not rows:
+        return '<p class="muted">No accepted gain to attribute.</p>'
+    return table(["source", "accepted", "summed gain"], rows, numeric=(1, 2))
+
+
 def accepted_html(records: Sequence[ExperimentRecord]) -> str:
     parts = []
     for r in (r for r in records if r.decision == "proceed"):
@@ -394,7 +423,8 @@ def accepted_html(records: Sequence[ExperimentRecord]) -> str:
             facts.append(f"lesson: {esc(r.lesson)}")
         facts_html = "".join(f'<p class="muted">{f}</p>' for f in facts)
         parts.append(
-            f'<div class="exp" id="{esc(r.experiment_id)}"><h3>{esc(r.experiment_id)} · {_type_label(r.discovery_type)} · '
+            f'<div class="exp" id="{esc(r.experiment_id)}"><h3>{esc(r.experiment_id)} · {esc(gain_source(r))} · '
+            f'{_type_label(r.discovery_type)} · '
             f"{fmt_delta(delta_of(r))} <small>({fmt_pct(r.delta_rel)})</small> → {fmt(r.objective_value)}</h3>"
             f'<p class="hyp">{esc(r.hypothesis or "(no hypothesis recorded)")}</p>{facts_html}{overrides}{diff}</div>')
     return "".join(parts) or '<p class="muted">No accepted experiments.</p>'

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from research.journal.taxonomy import DISCOVERY_ABBREV, delta_of, paired_test_text, rejection_kind
 from research.journal.trajectory import ExperimentRecord
+from research.proposers.base import gains_by_source
 
 #: without a terminal (a file, CI) a progress line at most every this fraction of the total
 PROGRESS_STEP = 0.10
@@ -51,7 +52,7 @@ def _value(v: float | None) -> str:
 
 
 def value_text(r: ExperimentRecord) -> str:
-    """The recorded value; "~" marks one estimated from the futility probe's questions (best + paired delta)."""
+    """The recorded value; "~" marks one estimated from the questions answered before an early stop (best + paired delta)."""
     return ("~" if stopped_early(r) and r.objective_value is not None else "") + _value(r.objective_value)
 
 
@@ -379,6 +380,12 @@ def trajectory_lines(console: Any, records: Sequence[ExperimentRecord], title: s
     return lines
 
 
+def gains_line(records: Sequence[ExperimentRecord]) -> str:
+    """Where the accepted gains came from (research.proposers.base.gain_source), or "" when none was accepted."""
+    parts = [f"{source} {gain:+.4f} ({n})" for source, n, gain in gains_by_source(records)]
+    return "gains by source: " + "; ".join(parts) if parts else ""
+
+
 def summary_lines(console: Any, records: Sequence[ExperimentRecord], *, run_id: str, run_dir: Any, objective: str,
                   best_value: float | None, best_commit: str, elapsed_s: float, ui: str,
                   verdict: str = "") -> list[Text]:
@@ -390,6 +397,8 @@ def summary_lines(console: Any, records: Sequence[ExperimentRecord], *, run_id: 
     held_out = f"; {verdict}" if verdict else ""
     lines += wrap_lines(console, f"best {_value(best_value)} (start {_value(start)}) at commit {best_commit[:10]}{held_out}",
                         first="")
+    if gains := gains_line(records):
+        lines += wrap_lines(console, gains, first="")
     lines += wrap_lines(console, f"{len(records)} experiments in {elapsed_s:.0f}s; best ref {ref}", first="")
     lines.append(Text("inspect:"))
     for where in (f"{run_dir}/trajectory.jsonl", f"memsys report {run_id}", f"git log {ref}", ui):

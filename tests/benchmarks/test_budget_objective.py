@@ -74,7 +74,7 @@ def scored(tiny: Benchmark, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     root = tmp_path_factory.mktemp("budget-runs")
     out = {}
     for name, answers in _answers(tiny).items():
-        setup.eval.run_id = f"budget-{name}"
+        setup.options.run_id = f"budget-{name}"
         run_id, run_dir = prepare_run(setup, tiny, root)
         result = finish_eval(setup, tiny, run_id, run_dir, answers, wall_s=0.0)
         rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]

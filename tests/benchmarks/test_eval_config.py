@@ -26,9 +26,9 @@ def test_objective(overrides, objective):
 
 
 def test_complement_defaults_off_and_needs_a_named_sample():
-    assert load_eval_setup().eval.complement is False
-    assert load_eval_setup([], config_name="run").eval.complement is False
-    assert load_eval_setup(["sample=small", "complement=true"]).eval.complement is True
+    assert load_eval_setup().options.complement is False
+    assert load_eval_setup([], config_name="run").options.complement is False
+    assert load_eval_setup(["sample=small", "complement=true"]).options.complement is True
     for sample in ("null", "full"):
         with pytest.raises(ConfigError, match="leaves no disjoint dev slice"):
             load_eval_setup([f"sample={sample}", "complement=true"])
@@ -42,3 +42,14 @@ def test_the_public_view_of_the_complement_asks_its_questions(locomo_path):
     assert view.question_ids == [q.id for q in check.questions]
     assert not set(view.question_ids) & {q.id for q in main.questions}
     assert view.sample == "tiny-complement"
+
+
+def test_the_reader_is_held_to_the_budget_only_when_asked_and_only_with_a_reader_and_a_budget():
+    from benchmarks.config import READER_FIXED_TOKENS, reader_prompt_cap
+
+    assert reader_prompt_cap(load_eval_setup(["reader=llm"]).options) is None  # the default: no cap
+    capped = load_eval_setup(["reader=llm", "reader_at_budget=true", "context_budget_tokens=1000"]).options
+    assert reader_prompt_cap(capped) == 1000 + READER_FIXED_TOKENS
+    for bad in (["reader=none", "reader_at_budget=true"], ["reader=llm", "reader_at_budget=true", "context_budget_tokens=null"]):
+        with pytest.raises(ConfigError, match="reader_at_budget=true caps the reader's prompt"):
+            load_eval_setup(bad)

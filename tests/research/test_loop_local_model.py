@@ -30,7 +30,8 @@ def test_one_experiment_proposed_by_the_local_model(tmp_path: Path, monkeypatch:
                             f"research.repo={repo}", "research.budget.experiments=1", "research.sandbox.backend=process",
                             "research.sandbox.allow_weak=true", "research.confirm.enabled=false",
                             "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900",
-                            "research.loop.max_proposals_factor=1", "workers=1",  # exactly one proposal
+                            "research.loop.max_proposals_factor=1", "workers=1",  # exactly one proposal,
+                            "research.loop.duplicate_reasks=0", "research.loop.max_repairs=1",  # at most two calls more
                             "research.loop.check=false"])  # the disjoint-slice check is tested without a model
     loop = ResearchLoop(setup, "local-model")
     state = loop.run()

@@ -1,4 +1,4 @@
-"""The futility probe, end to end: a reader run stops a clearly worse candidate on the probe's questions.
+"""The early stop, end to end: a reader run stops a clearly worse candidate on a nested sample (Optuna's WilcoxonPruner).
 
 Real pieces as in test_screens_e2e: git worktrees, the process sandbox, LoCoMo dev (run sample ``small``,
 50 questions; probe sample ``tiny``, 12 of them), the trusted scorer, the gateway's reply cache, the openai
@@ -69,7 +69,7 @@ def test_a_clearly_worse_candidate_stops_at_the_probe_and_a_passing_one_reuses_i
         # a model name of its own: the reply cache is the test session's, and other tests' scripted readers
         # answer the same baseline messages differently
         setup = scripted_setup(repo, 2, "reader=llm", "++llm.cache=true", "llm.model=gold-reader", "sample=small",
-                               "research.loop.check=false", "research.loop.probe_sample=tiny",
+                               "research.loop.check=false", "research.loop.probe_samples=[tiny]",
                                "research.loop.max_iterations_per_hypothesis=1")
         st = ResearchLoop(setup, "probe", llm_opener=scripted_opener(server)).run()
     assert proposals == []
@@ -81,6 +81,7 @@ def test_a_clearly_worse_candidate_stops_at_the_probe_and_a_passing_one_reuses_i
     # exp-001: answered on the probe's 12 questions only, every answer worse: stopped there, a degradation
     p = latin.probe
     assert p["stopped"] is True and p["sample"] == "tiny" and p["questions"] == 12 and p["of"] == 50
+    assert p["rule"] == "wilcoxon" and p["looks"] == [{"sample": "tiny", "questions": 12, "stopped": True}]
     assert p["ci_high"] < 0 and p["p_worse"] < 0.01 and latin.degraded and latin.decision == "pivot"
     assert latin.test["n"] == 12 and latin.delta == pytest.approx(latin.test["mean_delta"])
     assert latin.objective_value == pytest.approx(base.objective_value + latin.test["mean_delta"])
@@ -131,7 +132,7 @@ def test_a_run_killed_during_the_probe_resumes_and_reuses_the_replies_it_had(rep
                 f"llm.base_url={server.base_url}", "llm.model=gold-reader-kill", "++llm.cache=true",
                 "research.sandbox.backend=process", "research.sandbox.allow_weak=true",
                 "research.confirm.enabled=false", "research.loop.smoke_sample=null", "research.loop.check=false",
-                "research.loop.probe_sample=tiny", "research.proposer=llm", "research.researcher.mode=code",
+                "research.loop.probe_samples=[tiny]", "research.proposer=llm", "research.researcher.mode=code",
                 f"research.repo={repo}", "research.budget.experiments=1", "research.loop.max_proposals_factor=1",
                 f"run_id={run_id}"]
         first = Life(args, tmp_path / "first.log")

@@ -56,7 +56,7 @@ def test_a_resume_may_change_how_long_and_where_a_run_goes_on_but_not_what_it_me
     more = resume_overrides(raw, ["research.budget.experiments=10", "research.sandbox.wall_timeout_s=7200", "workers=1"])
     again = run_setup_from_dict(more)
     assert (again.research.budget.experiments, again.research.sandbox.wall_timeout_s) == (10, 7200)
-    assert again.eval.eval.workers == 1 and raw["research"]["budget"]["experiments"] == 2  # the saved one is untouched
+    assert again.eval.options.workers == 1 and raw["research"]["budget"]["experiments"] == 2  # the saved one is untouched
     held = run_setup_from_dict(resume_overrides(raw, ["research.fixed_levers=[pyramid.budget_tokens]"]))
     assert held.research.fixed_levers == ["pyramid.budget_tokens"]  # where the search goes next, not what it measures
     for item in ("memory.retrieval.top_k=9", "sample=full", "research.proposer=optuna", "objective=f1", "workers"):

@@ -225,6 +225,21 @@ def test_logprobs_are_asked_for_returned_and_cached_under_their_own_key(openai_s
     assert request_key(**base) == request_key(**base, logprobs=False) != request_key(**base, logprobs=True)
 
 
+def test_the_embedded_backend_asks_for_logprobs_only_when_its_server_computes_them(openai_server):
+    """llm.local.logprobs=false starts the server without per-token logits (memsys/llm/local.py logits_args):
+    a request for them would fail there, so the client does not send it and the reply has none."""
+    from memsys.config import LocalLLMConfig
+
+    pairs = [("Seven", -0.2)]
+    openai_server.enqueue(Reply.ok("Seven", logprobs=pairs), Reply.ok("Seven", logprobs=pairs))
+    with LLMClient(make_cfg(openai_server, backend="local", cache=False)) as llm:
+        off = llm.chat(MESSAGES, logprobs=True)
+    with LLMClient(make_cfg(openai_server, backend="local", cache=False, local=LocalLLMConfig(logprobs=True))) as llm:
+        on = llm.chat(MESSAGES, logprobs=True)
+    assert "logprobs" not in openai_server.chat_requests[0] and off.token_logprobs is None
+    assert openai_server.chat_requests[1]["logprobs"] is True and on.token_logprobs == tuple(pairs)
+
+
 def test_cache_disabled_in_config_always_calls(openai_server, cache):
     with LLMClient(make_cfg(openai_server, cache=False), cache=cache) as llm:
         llm.chat(MESSAGES)

@@ -139,6 +139,16 @@ def test_extra_server_flags_follow_the_settings_and_win_over_them(tmp_path):
     assert argv.index("--n_threads_batch") < len(argv) - 4
 
 
+def test_the_server_keeps_per_token_logits_only_when_log_probabilities_are_wanted():
+    """By default the embedded server keeps no per-token logits (2.7x its prompt time, docs/results.md)."""
+    from memsys.llm.local import logits_args
+
+    argv = LocalServer(ServerSettings(Path("m.gguf"), "m", n_ctx=256, n_threads=2,
+                                      extra_args=logits_args(LocalLLMConfig().logprobs))).command()
+    assert argv[argv.index("--logits_all") + 1] == "false"
+    assert logits_args(True) == ("--logits_all", "true")
+
+
 @pytest.mark.slow
 @pytest.mark.llm
 @pytest.mark.xdist_group("ray_and_local_model")  # with the other embedded-server tests: one server at a time

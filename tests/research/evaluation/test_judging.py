@@ -315,7 +315,7 @@ def test_the_loop_decides_on_j_with_the_paired_per_question_test(repo: Path, run
     proposals = [LATIN]
     with OpenAITestServer(loop_server(proposals)) as server:
         setup = scripted_setup(repo, 1, "reader=llm", "llm.model=judge-loop-reader", "research.loop.check=false",
-                               "research.loop.probe_sample=null", "research.loop.max_iterations_per_hypothesis=1",
+                               "research.loop.probe_samples=[]", "research.loop.max_iterations_per_hypothesis=1",
                                "judge=lenient", "judge.endpoint=openai", f"judge.base_url={server.base_url}",
                                "judge.model=judge-loop", "judge.runs=1", "judge.stress_size=3",
                                "objective=judge_accuracy")

@@ -159,11 +159,13 @@ def test_sweep_on_ray_scores_like_in_process(runs, locomo_path):
 
     from benchmarks.tracking import tracking_uri
 
-    base = ["benchmark=locomo", "split=dev", "sample=tiny", "reader=none", "workers=1"]
+    # the hashing embedder: the Ray workers' stores are built cold, and this is about the executor, not MiniLM
+    hashing = ["memory.embedder.backend=hashing", "memory.embedder.cache=false"]
+    base = ["benchmark=locomo", "split=dev", "sample=tiny", "reader=none", "workers=1", *hashing]
     frame, folder = run_sweep(["memory=naive,bm25_only", *base, "sandbox=bwrap", "research.executor=ray",
                                "research.ray.num_cpus=2"], sweep_id="sw")
     expected = [run_in_process(load_eval_setup([f"memory={m}", *base, "mlflow=false", f"run_id=ref-{m}"]),
-                               [f"memory={m}"]).objective_value for m in ("naive", "bm25_only")]
+                               [f"memory={m}", *hashing]).objective_value for m in ("naive", "bm25_only")]
     assert frame["memory"].tolist() == ["naive", "bm25_only"] and frame["status"].tolist() == ["ok", "ok"]
     assert frame["value"].tolist() == expected and expected[0] != expected[1]
     assert frame["node"].notna().all() and frame["node"].ne("local").all()

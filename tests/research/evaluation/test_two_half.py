@@ -232,6 +232,6 @@ def test_built_store_is_reused(locomo_path):
 def test_the_sandbox_limit_grows_with_the_questions_a_reader_answers():
     from research.evaluation.two_half import EVAL_TIMEOUT_BASE_S, EVAL_TIMEOUT_PER_QUESTION_S, eval_wall_timeout
 
-    assert eval_wall_timeout(setup_for("reader=none").eval, 304) == EVAL_TIMEOUT_BASE_S
-    assert eval_wall_timeout(setup_for("reader=llm").eval, 100) == EVAL_TIMEOUT_BASE_S + 100 * EVAL_TIMEOUT_PER_QUESTION_S
-    assert eval_wall_timeout(setup_for("reader=llm", "sandbox_timeout_s=60").eval, 100) == 60
+    assert eval_wall_timeout(setup_for("reader=none").options, 304) == EVAL_TIMEOUT_BASE_S
+    assert eval_wall_timeout(setup_for("reader=llm").options, 100) == EVAL_TIMEOUT_BASE_S + 100 * EVAL_TIMEOUT_PER_QUESTION_S
+    assert eval_wall_timeout(setup_for("reader=llm", "sandbox_timeout_s=60").options, 100) == 60

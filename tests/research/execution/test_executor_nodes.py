@@ -173,7 +173,9 @@ def test_an_evaluation_shipped_to_the_node_scores_as_the_local_one(cluster, runs
 
     def run(run_id: str, executor):
         setup = load_eval_setup([*base, f"run_id={run_id}"])
-        job = EvalJob(setup, REPO, "naive", runs / run_id / "untrusted")
+        # the hashing embedder: this is about shipping the tree and the view, not about MiniLM on a cold node
+        job = EvalJob(setup, REPO, "naive", runs / run_id / "untrusted",
+                      memory_overrides=["memory.embedder.backend=hashing", "memory.embedder.cache=false"])
         return evaluate(job, BwrapSandbox(), executor=executor)
 
     local = run("ship-local", None)

@@ -665,3 +665,28 @@ def test_client_in_bwrap_without_network_reaches_the_gateway(openai_server, make
     assert json.loads(lines[-2])["text"] == "hi sandbox"
     assert lines[-1] == "LOOPBACK_BLOCKED"
     assert openai_server.requests[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_a_prompt_over_the_runs_reader_budget_is_refused_before_the_cache_and_the_upstream(
+    openai_server, make_gateway, routed, tmp_path
+):
+    """reader_at_budget (benchmarks.config.reader_prompt_cap): the cap is counted on the trusted side, so a
+    memory that hands its reader more context than the budget gets no answer for that question."""
+    short = count_message_tokens(MESSAGES)
+    long = [{"role": "user", "content": "Caroline went to the support group. " * 40 + MESSAGES[0]["content"]}]
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        gw = make_gateway(cache=cache, prompt_cap=short + 5)
+        openai_server.enqueue(Reply.ok("Seven May"))
+        with LLMClient(client_cfg()) as llm:
+            assert llm.chat(MESSAGES, max_tokens=16).text == "Seven May"
+            with pytest.raises(LLMError, match="HTTP 413"):
+                llm.chat(long, max_tokens=16)
+    assert len(openai_server.chat_requests) == 1  # the long prompt never left the gateway
+    used = gw.usage()
+    assert used.rejected_prompt == 1 and used.errors == 1
+    # the evaluated code provoked the refusal: it cannot then pass off a crash as the endpoint's failure
+    from research.evaluation.two_half import _check_endpoint_claim
+    from research.failures import FailureClass, _failure
+
+    claimed = _failure(FailureClass.API_ERROR, "LLM server error (HTTP 500)", code_changed=True)
+    assert _check_endpoint_claim(claimed, gw, GatewayUsage(), True).cls is FailureClass.RUNTIME_ERROR

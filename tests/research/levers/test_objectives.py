@@ -55,8 +55,8 @@ def _study(naive, records: list[ExperimentRecord], **kw) -> SharedStudy:
 
 def test_the_quickstart_objective_is_the_evidence_in_the_first_1000_context_tokens() -> None:
     setup = load_run_setup(QUICKSTART)  # as research.commands.cmd_quickstart composes it
-    assert setup.eval.eval.reader == "none" and setup.eval.objective == "context_recall"
-    assert setup.eval.eval.context_budget_tokens == 1000
+    assert setup.eval.options.reader == "none" and setup.eval.objective == "context_recall"
+    assert setup.eval.options.context_budget_tokens == 1000
     assert setup.research.objectives == ["quality"]
     assert study_name(setup) == "locomo-dev-half-context_recall@1000"
 

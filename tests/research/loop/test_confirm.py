@@ -28,15 +28,19 @@ def test_memsys_run_refuses_the_test_split(repo: Path) -> None:
         with pytest.raises(ConfigError, match="dev split only"):
             load_run_setup([f"split={split}", f"research.repo={repo}"])
     # a replay of a finished run may evaluate on test
-    assert load_run_setup(["split=test", f"research.repo={repo}"], optimizing=False).eval.eval.split == "test"
+    assert load_run_setup(["split=test", f"research.repo={repo}"], optimizing=False).eval.options.split == "test"
 
 
-def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, locomo_path) -> None:
-    # the test split's conversations are new to every cache: the hashing embedder keeps this test
-    # about the protocol, not about MiniLM's speed
+def hashing_embedder(repo: Path) -> None:
+    """The test split's conversations are new to every cache: the hashing embedder keeps these tests about the
+    protocol, not about MiniLM's speed."""
     preset = repo / "configs" / "memory" / "naive.yaml"
     preset.write_text(preset.read_text() + "embedder:\n  backend: hashing\n  cache: false\n")
     git(repo, "commit", "-qam", "hashing embedder for the test")
+
+
+def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, locomo_path) -> None:
+    hashing_embedder(repo)
     with OpenAITestServer() as server:
         server.enqueue(Reply.of_json(IMPROVE))
         setup = scripted_setup(repo, 1, "research.confirm.enabled=true")
@@ -64,6 +68,39 @@ def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, loco
     assert all(not r.experiment_id.startswith("confirm") for r in loop.records)
     page = write_report(runs / "conf").read_text()
     assert "Held-out confirmation" in page and "(held out)" in page
+
+
+def test_the_reader_check_answers_base_and_best_on_held_out_questions_beside_the_confirmation(
+        repo: Path, runs: Path, locomo_path) -> None:
+    """``memsys confirm <run> --reader`` (research.loop.confirm.reader_check): a reader-free run's base and best
+    answered by the reader through the gateway, paired, saved beside the confirmation, which stays as it was."""
+    from contextlib import ExitStack
+
+    from research.loop.confirm import reader_check
+    from research.loop.state import LoopState
+
+    hashing_embedder(repo)
+    with OpenAITestServer() as server:
+        server.enqueue(Reply.of_json(IMPROVE))
+        loop = ResearchLoop(scripted_setup(repo, 1, "research.confirm.enabled=true"), "rc",
+                            llm_opener=scripted_opener(server))
+        st = loop.run()
+        before = dict(st.confirmation)
+        server.handler = lambda body: Reply.ok("7 May 2023")  # the reader: one answer to every question
+        loop.setup.eval.options.reader, loop.setup.eval.options.objective = "llm", "auto"
+        with ExitStack() as stack:
+            loop.llms.open(stack)
+            record = reader_check(loop.run_context(), "tiny")
+    assert record["objective"] == "all_honest" and record["split"] == "test" and record["sample"] == "tiny"
+    assert record["runs"]["baseline"]["ok"] and record["runs"]["best"]["ok"]
+    assert record["test_paired"]["n"] == 12 and record["test_paired"]["mean_delta"] == 0.0  # same answers
+    assert all(v and v > 0 for v in record["prompt_tokens"].values())
+    assert record["line"].startswith("with the reader (all_honest on test tiny, 12 questions): baseline ")
+    saved = LoopState.load(runs / "rc")
+    assert saved.reader_check == record and saved.confirmation == before
+    from research.report.html import esc
+
+    assert f"<b>End to end:</b> {esc(record['line'])}" in write_report(runs / "rc").read_text()
 
 
 def test_the_verdict_is_a_tag_of_the_mlflow_parent_run(tmp_path, monkeypatch) -> None:

@@ -164,8 +164,8 @@ def test_the_run_command_composes_with_the_real_config() -> None:
     setup = load_run_setup(overrides)
     assert (setup.research.proposer, setup.research.seed, setup.research.budget.experiments) == ("hybrid", 2, 7)
     assert setup.research.confirm.enabled is False
-    assert (setup.eval.eval.reader, setup.eval.eval.split, setup.eval.eval.sample) == ("none", "dev", "tiny")
-    assert setup.eval.eval.run_id == "bench-hybrid-2-x"
+    assert (setup.eval.options.reader, setup.eval.options.split, setup.eval.options.sample) == ("none", "dev", "tiny")
+    assert setup.eval.options.run_id == "bench-hybrid-2-x"
 
 
 def _predictions(run_dir: Path, eval_dir: str, hits: list[bool]) -> None:

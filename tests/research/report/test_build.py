@@ -134,7 +134,7 @@ def test_accepted_diffs_are_escaped_and_cut(report):
     long_diff = page.pres[1]
     assert len(long_diff) < 9000 and "more lines not shown" in long_diff
     headings = [h for h in page.headings if h.startswith("exp-")]
-    assert headings[0].startswith("exp-001 · BF bug fix · +0.1000")
+    assert headings[0].startswith("exp-001 · researcher · BF bug fix · +0.1000")
 
 
 def test_experiment_and_cost_tables(report):
@@ -395,3 +395,23 @@ def test_experiment_logged_to_mlflow_with_types_test_and_lesson(tmp_path, monkey
     rep = client.get_run(repeat.mlflow_run_id)
     assert rep.data.tags["rejection"] == "repeat" and rep.data.tags["proposed_type"] == "none"
     assert not any(k.startswith("test_") for k in rep.data.metrics)
+
+
+def test_a_proxy_run_quotes_the_measured_proxy_validity_at_its_budget_or_the_command_that_measures_it(tmp_path):
+    from research.report.data import PROXY_BENCH, load_proxy_validity
+    from research.report.html import proxy_html
+
+    bench = tmp_path / "bench"
+    assert load_proxy_validity(bench) is None
+    said = proxy_html("context_recall", 1000, None)
+    assert "not measured here" in said and "python -m research.perf.bench_proxy --budget 1000" in said
+    bench.mkdir()
+    (bench / PROXY_BENCH).write_text(json.dumps({
+        "budget": 1000, "when": "2026-12-07T04:00:00+00:00", "questions": 11, "sample": "tiny",
+        "command": "python -m research.perf.bench_proxy", "configs": {f"c{i}": {} for i in range(12)},
+        "agreement": {"spearman": 0.83, "spearman_ci": [0.41, 0.97], "kendall": 0.67, "kendall_ci": [0.3, 0.9]}}))
+    measured = load_proxy_validity(bench)
+    text = proxy_html("context_recall", 1000, measured)
+    assert "12 configs" in text and "+0.83 [+0.41, +0.97]" in text and "Kendall &tau; +0.67" in text
+    assert "not measured here" in proxy_html("context_recall", 6000, measured)  # another budget: not this figure
+    assert proxy_html("all_honest", 1000, measured) == ""  # the reader's own objective needs no proxy note
