@@ -274,6 +274,12 @@ def diagnose(best_rows: list[dict[str, Any]], new_rows: list[dict[str, Any]],
     return d
 
 
+def row_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The mean of a numeric field over scored rows (``context_tokens``, ``prompt_tokens``); None without any."""
+    values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return sum(values) / len(values) if values else None
+
+
 def read_rows(eval_dir: str | Path | None) -> list[dict[str, Any]]:
     if not eval_dir:
         return []

@@ -270,9 +270,10 @@ class LLMGateway:
         """The answer to one chat-completions request body."""
         body, messages, max_tokens, choices, temperature = validated_chat_request(
             raw, model=self.model, default_max_tokens=self.default_max_tokens)
-        if self.prompt_cap is not None and (n := count_message_tokens(messages)) > self.prompt_cap:
+        prompt_estimate = count_message_tokens(messages) if self.prompt_cap is not None or self.budget is not None else 0
+        if self.prompt_cap is not None and prompt_estimate > self.prompt_cap:
             self.counters.add(rejected_prompt=1)
-            raise reject(413, f"LLM gateway: the prompt has {n} tokens, over this run's reader budget of "
+            raise reject(413, f"LLM gateway: the prompt has {prompt_estimate} tokens, over this run's reader budget of "
                               f"{self.prompt_cap} (its context budget plus the fixed instructions)", "prompt_over_budget")
 
         key = None
@@ -287,7 +288,6 @@ class LLMGateway:
 
         reservation: Reservation | None = None
         if self.budget is not None:
-            prompt_estimate = count_message_tokens(messages)
             completion_cap = max_tokens * choices  # n completions may each run to max_tokens
             worst = cost_usd(prompt_estimate, completion_cap, self.price_input_per_1m, self.price_output_per_1m)
             try:

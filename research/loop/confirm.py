@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from research.evaluation.commit_evals import eval_dir
-from research.evaluation.diagnosis import read_rows
+from research.evaluation.diagnosis import read_rows, row_mean
 from research.evaluation.two_half import EvalOutcome
 from research.loop.run_context import RunContext
 
@@ -89,7 +89,7 @@ def reader_check(run: RunContext, sample: str) -> dict[str, Any]:
         "split": cc.split, "sample": sample, "objective": run.setup.eval.objective,
         "finished": datetime.now().isoformat(timespec="seconds"),
         "test": {"baseline": results["baseline"].get("objective_value"), "best": results["best"].get("objective_value")},
-        "prompt_tokens": {label: _mean_prompt_tokens(r) for label, r in rows.items()},
+        "prompt_tokens": {label: _rounded(row_mean(r, "prompt_tokens")) for label, r in rows.items()},
         "runs": results, "test_paired": _paired(run, rows),
     }
     record["line"] = reader_line(record)
@@ -98,9 +98,8 @@ def reader_check(run: RunContext, sample: str) -> dict[str, Any]:
     return record
 
 
-def _mean_prompt_tokens(rows: list[dict[str, Any]]) -> float | None:
-    got = [float(r["prompt_tokens"]) for r in rows if isinstance(r.get("prompt_tokens"), (int, float))]
-    return round(sum(got) / len(got), 1) if got else None
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def reader_line(record: dict[str, Any]) -> str:

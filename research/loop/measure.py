@@ -123,6 +123,11 @@ def _probe(exp: Trial, screen: Screen) -> tuple[Any, Measured | None]:
     if not names or not best_rows:
         return None, None
     lc = run.setup.research.loop
+    try:
+        best = per_question(rec.objective, best_rows)
+    except (StatsInputError, ConfigError) as exc:
+        rec.probe = {"sample": names[0], "error": str(exc), "stopped": False}
+        return None, None
     out, looks = None, []
     for i, name in enumerate(names):
         run.stage(rec, "probe", f"{run.setup.eval.objective} with the reader on {name}, against the best")
@@ -134,7 +139,6 @@ def _probe(exp: Trial, screen: Screen) -> tuple[Any, Measured | None]:
             return out, None
         got = read_rows(eval_dir(out))
         try:
-            best = per_question(rec.objective, best_rows)
             test = run.evals.paired(rec.objective, got, best_rows)
             verdict = prune_verdict(per_question(rec.objective, got), best, sample=name, of=len(best),
                                     p_threshold=lc.probe_p, n_startup_steps=lc.probe_min_questions)

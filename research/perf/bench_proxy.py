@@ -124,14 +124,9 @@ def render(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
-    values = [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-    return round(sum(values) / len(values), 1) if values else 0.0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from research.evaluation.caches import code_namespace
-    from research.evaluation.diagnosis import read_rows
+    from research.evaluation.diagnosis import read_rows, row_mean
     from research.perf.bench_reader import evaluate, finished_runs, parse_variants
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -169,8 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("the runs share fewer than 2 scored questions")
     proxy, target = score_matrix(rows, PROXY, questions), score_matrix(rows, TARGET, questions)
     configs = {name: {"run_id": dirs[name].name, "proxy": round(float(proxy[i].mean()), 4),
-                      "f1": round(float(target[i].mean()), 4), "context_tokens": _mean(rows[name], "context_tokens"),
-                      "prompt_tokens": _mean(rows[name], "prompt_tokens")}
+                      "f1": round(float(target[i].mean()), 4),
+                      "context_tokens": round(row_mean(rows[name], "context_tokens") or 0.0, 1),
+                      "prompt_tokens": round(row_mean(rows[name], "prompt_tokens") or 0.0, 1)}
                for i, name in enumerate(rows)}
     result = {"command": command("research.perf.bench_proxy", argv),
               "when": utc_now(), "machine": platform.platform(),

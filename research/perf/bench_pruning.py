@@ -33,7 +33,7 @@ from typing import Any, Mapping, Sequence
 from harness.bench_output import command, utc_now, write_result
 from harness.paths import runs_dir
 
-#: the rule the loop had before it: one look at the first batch, paired CI below 0, p_worse < 0.01, >= 10 questions
+#: the rule the loop had before it: one look at the largest nested batch, paired CI below 0, p_worse < 0.01, >= 10 questions
 PROBE_ALPHA = 0.01
 PROBE_MIN_QUESTIONS = 10
 WILCOXON_THRESHOLDS = (0.01, 0.05, 0.1)
@@ -60,13 +60,15 @@ def paired_probe_stops(candidate: Mapping[str, float], best: Mapping[str, float]
 
 
 def simulate(scores: Mapping[str, Mapping[str, float]], batches: Sequence[Sequence[str]], *, min_rel_improvement: float,
-             alpha: float, n_startup_steps: int = 2) -> dict[str, Any]:
+             alpha: float, n_startup_steps: int = 10) -> dict[str, Any]:
     """Every rule on every ordered (best, candidate) pair. ``batches`` are the nested question sets, smallest
-    first, the last one the full sample. Pure."""
+    first, the last one the full sample; Wilcoxon looks after each (at least ``n_startup_steps`` paired, the
+    loop's ``probe_min_questions``), the paired probe once, at the largest. Pure."""
     from research.loop.pruning import wilcoxon_stops
 
     full = list(batches[-1])
-    rules: dict[str, Any] = {"paired_probe": lambda c, b, k: k == 0 and paired_probe_stops(c, b)}
+    last = len(batches) - 2  # the probe's one look: the largest nested batch (its default was `small`, not `tiny`)
+    rules: dict[str, Any] = {"paired_probe": lambda c, b, k: k == last and paired_probe_stops(c, b)}
     for p in WILCOXON_THRESHOLDS:
         rules[f"wilcoxon@{p:g}"] = (lambda p: lambda c, b, k: wilcoxon_stops(c, b, p_threshold=p,
                                                                              n_startup_steps=n_startup_steps))(p)

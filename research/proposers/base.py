@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from harness.errors import MemsysError
 from research.errors import ProposalFormatError
+from research.evaluation.diagnosis import row_mean
 from research.journal.trajectory import Edit, ExperimentRecord
 
 #: the hypothesis of a hybrid run's exploration draw (its record has no subspace)
@@ -112,8 +113,7 @@ class Applied:
 
 def mean_context_tokens(rows: list[dict[str, Any]]) -> float | None:
     """Mean ``context_tokens`` (the scorer's recount, within its budget) of scored rows; None without any."""
-    counts = [r["context_tokens"] for r in rows if isinstance(r.get("context_tokens"), (int, float))]
-    return sum(counts) / len(counts) if counts else None
+    return row_mean(rows, "context_tokens")
 
 
 class Proposer(ABC):

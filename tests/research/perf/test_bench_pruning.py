@@ -23,10 +23,14 @@ def test_a_much_better_candidate_is_accepted_in_full_and_no_rule_stops_it():
         assert r["candidates_per_hour_x"] > 1.0, name
 
 
-def test_the_paired_probe_looks_once_and_wilcoxon_at_every_batch():
+def test_the_paired_probe_looks_once_at_the_largest_batch_and_wilcoxon_at_every_batch():
     best = config(40)
     late = {q: (best[q] if i < 12 else 0.0) for i, q in enumerate(QS)}  # as good on the first batch, worse after
     sim = simulate({"best": best, "late": late}, BATCHES, min_rel_improvement=0.005, alpha=0.05)
     probe, wil = sim["rules"]["paired_probe"], sim["rules"]["wilcoxon@0.1"]
-    assert probe["stopped"] == 0 and probe["questions"] == 2 * 60
-    assert wil["stopped"] == 1 and wil["stopped_at"] == {"30": 1} and wil["questions"] == 60 + 30
+    assert probe["stopped_at"] == {"30": 1} and wil["stopped_at"] == {"30": 1}
+    none = {q: 0.0 for q in QS}  # worse from the first question: Wilcoxon stops it on the first batch
+    sim = simulate({"best": best, "none": none}, BATCHES, min_rel_improvement=0.005, alpha=0.05)
+    probe, wil = sim["rules"]["paired_probe"], sim["rules"]["wilcoxon@0.1"]
+    assert probe["stopped_at"] == {"30": 1} and wil["stopped_at"] == {"12": 1}
+    assert probe["questions"] == 60 + 30 and wil["questions"] == 60 + 12
