@@ -46,7 +46,9 @@ def test_an_xdist_group_runs_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # a root of its own: not this repo's conftest or options
     log = tmp_path / "workers.log"
     argv = [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
-            "-p", "no:randomly", "--timeout", "60", str(tmp_path)]
+            "-p", "no:randomly", "--timeout", "60", "--basetemp", str(tmp_path / "inner-tmp"), str(tmp_path)]
+    # --basetemp: without it the inner session prunes old /tmp/pytest-of-<user>/ folders, and deleting a
+    # previous suite's stores and worktrees took 40-50 s of this test's 54 s (session 37)
     try:
         # 3-5 s alone; once, beside a reader bench and the rest of the suite, it passed 120 s: the inner
         # session's own timeout and this one's larger margin make the next stall say where it hung

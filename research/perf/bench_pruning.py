@@ -11,7 +11,9 @@ the same candidates from finished evaluations, so no question is answered twice 
   paired test at alpha);
 - a rule's cost is the questions the candidate answers: up to the batch where it stopped, or all of them;
 - per rule: candidates stopped, **winners stopped** (pairs the full evaluation accepts: must be 0), and
-  candidates per hour against full evaluation (questions answered in full / questions answered).
+  candidates per hour against full evaluation (questions answered in full / questions answered);
+- the ceiling no rule can pass on these candidates: every loser stopped on the first batch and every winner
+  answered in full. When winners are common, it lies under a target such as 3x whatever the rule.
 
 Usage::
 
@@ -97,8 +99,9 @@ def simulate(scores: Mapping[str, Mapping[str, float]], batches: Sequence[Sequen
                 r["questions"] += spent
     for r in out.values():
         r["candidates_per_hour_x"] = round(pairs * len(full) / r["questions"], 3) if r["questions"] else None
+    least = winners * len(full) + (pairs - winners) * len(batches[0])  # a perfect rule's cost
     return {"pairs": pairs, "winners": winners, "questions_full": len(full), "batches": [len(b) for b in batches],
-            "rules": out}
+            "rules": out, "ceiling_x": round(pairs * len(full) / least, 3) if least else None}
 
 
 def render(result: Mapping[str, Any]) -> str:
@@ -109,6 +112,7 @@ def render(result: Mapping[str, Any]) -> str:
     for name, r in s["rules"].items():
         lines.append(f"{name:<16} {r['stopped']:>8} {r['winners_stopped']:>16} {r['questions']:>10} "
                      f"{r['candidates_per_hour_x']:>12.2f}x")
+    lines.append(f"ceiling (every loser stopped on the first batch, every winner in full): {s['ceiling_x']:.2f}x")
     return "\n".join(lines)
 
 

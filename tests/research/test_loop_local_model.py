@@ -32,7 +32,8 @@ def test_one_experiment_proposed_by_the_local_model(tmp_path: Path, monkeypatch:
                             "research.loop.smoke_sample=null", "research.loop.context_budget_tokens=900",
                             "research.loop.max_proposals_factor=1", "workers=1",  # exactly one proposal,
                             "research.loop.duplicate_reasks=0", "research.loop.max_repairs=1",  # at most two calls more
-                            "research.loop.check=false"])  # the disjoint-slice check is tested without a model
+                            "research.loop.check=false",  # the disjoint-slice check is tested without a model
+                            "memory.embedder.backend=hashing"])  # what is tested is the researcher, not MiniLM
     loop = ResearchLoop(setup, "local-model")
     state = loop.run()
     assert [r.experiment_id for r in loop.records] == ["exp-000", "exp-001"]

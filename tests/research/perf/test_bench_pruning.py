@@ -21,6 +21,8 @@ def test_a_much_better_candidate_is_accepted_in_full_and_no_rule_stops_it():
         assert r["winners_stopped"] == 0, name
         assert r["stopped"] == 1, name  # weak as the candidate against strong
         assert r["candidates_per_hour_x"] > 1.0, name
+        assert r["candidates_per_hour_x"] <= sim["ceiling_x"], name
+    assert sim["ceiling_x"] == round(2 * 60 / (60 + 12), 3)  # strong in full, weak stopped on the first batch
 
 
 def test_the_paired_probe_looks_once_at_the_largest_batch_and_wilcoxon_at_every_batch():
