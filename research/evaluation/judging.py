@@ -80,7 +80,8 @@ def judge_gateway(judge_llm: Any, run_gateway: Any = None, *, reply_cache: bool 
         gateway = LLMGateway(str(llm.base_url), socket_path=sock / JUDGE_SOCKET, api_key=key, model=judge_llm.model,
                              budget=getattr(run_gateway, "budget", None), price_input_per_1m=judge_llm.price_input_per_1m,
                              price_output_per_1m=judge_llm.price_output_per_1m, cache=cache, cache_tag=tag,
-                             upstream_dialect="llama_cpp" if judge_llm.backend == "local" else "openai")
+                             upstream_dialect="llama_cpp" if judge_llm.backend == "local" else "openai",
+                             upstream_logprobs=judge_llm.backend != "local" or judge_llm.local.logprobs)
         yield stack.enter_context(gateway)
 
 

@@ -45,7 +45,7 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None, promp
                       price_output_per_1m=cfg.price_output_per_1m, cache=cache,
                       cache_tag=getattr(llm, "cache_tag", None),
                       upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded,
-                      prompt_cap=prompt_cap)
+                      prompt_cap=prompt_cap, upstream_logprobs=cfg.backend != "local" or cfg.local.logprobs)
 
 
 def short_socket_dir() -> Path:

@@ -133,6 +133,7 @@ class LLMGateway:
         upstream_dialect: str = "openai",
         embedded: Any = None,
         prompt_cap: int | None = None,
+        upstream_logprobs: bool = True,
     ) -> None:
         """``cache_tag`` (e.g. the local GGUF's identity) joins the cache namespace, so two
         weight files served under one model name never share replies. ``upstream_dialect``
@@ -143,7 +144,11 @@ class LLMGateway:
         research.execution.node_llm.EmbeddedModel) says the upstream is the embedded model, which a Ray node
         can serve itself: :meth:`route_to_nodes` then sends a node's calls to its own server. ``prompt_cap``: a
         request whose prompt has more tokens is refused (413) before the cache and the upstream, so a reader
-        objective is scored at the run's context budget (benchmarks.config.reader_prompt_cap)."""
+        objective is scored at the run's context budget (benchmarks.config.reader_prompt_cap). ``upstream_logprobs``
+        False: the upstream is an embedded server started without per-token logits (``llm.local.logprobs``), which
+        answers a request for log-probabilities with HTTP 500; the gateway drops that request's ``logprobs`` and
+        ``top_logprobs`` before the cache key and the upstream, so the reply has none (as the in-process client
+        does) and the cache keeps it as the request it was answered as."""
         parts = _checked_upstream(upstream_base_url, model, upstream_dialect, Path(socket_path))
         self.socket_path = Path(socket_path)
         self.upstream_base_url = upstream_base_url.rstrip("/")
@@ -161,6 +166,7 @@ class LLMGateway:
         self.upstream_dialect = upstream_dialect
         self.embedded = embedded
         self.prompt_cap = prompt_cap
+        self.upstream_logprobs = upstream_logprobs
         # the relay bridge's proof that a request came from a node (research.execution.relay): never in a sandbox
         self.route_token = secrets.token_hex(16)
         self._node_upstream: NodeUpstream | None = None
@@ -270,6 +276,8 @@ class LLMGateway:
         """The answer to one chat-completions request body."""
         body, messages, max_tokens, choices, temperature = validated_chat_request(
             raw, model=self.model, default_max_tokens=self.default_max_tokens)
+        if not self.upstream_logprobs and ("logprobs" in body or "top_logprobs" in body):
+            body = {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")}
         prompt_estimate = count_message_tokens(messages) if self.prompt_cap is not None or self.budget is not None else 0
         if self.prompt_cap is not None and prompt_estimate > self.prompt_cap:
             self.counters.add(rejected_prompt=1)

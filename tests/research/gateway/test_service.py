@@ -192,6 +192,26 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "requi
           "additionalProperties": False}
 
 
+def test_an_embedded_server_without_logits_never_gets_a_logprobs_request(openai_server, make_gateway, sock, tmp_path):
+    """llama-cpp-python started without per-token logits answers ``logprobs`` with HTTP 500 (session 38: a reader
+    run's confidence-abstention draws failed at every question). The gateway drops the two fields for such an
+    upstream, and the reply, which has none, is cached as the request it was answered as."""
+    with ResponseCache(tmp_path / "llm_cache.sqlite") as cache:
+        make_gateway(cache=cache, upstream_dialect="llama_cpp", upstream_logprobs=False)
+        with raw_client(sock) as http:
+            asked = {"messages": MESSAGES, "max_tokens": 5, "logprobs": True, "top_logprobs": 1}
+            assert http.post("/v1/chat/completions", json=asked).status_code == 200
+            plain = http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 5})
+            assert plain.status_code == 200  # the same request as answered: from the cache
+        wire = openai_server.chat_requests
+        assert len(wire) == 1 and "logprobs" not in wire[0] and "top_logprobs" not in wire[0]
+    make_gateway(socket_path=sock.parent / "gw2.sock")  # an upstream that has them: passed through
+    with raw_client(sock.parent / "gw2.sock") as http:
+        http.post("/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 5, "logprobs": True,
+                                                "top_logprobs": 1})
+    assert openai_server.chat_requests[1]["logprobs"] is True and openai_server.chat_requests[1]["top_logprobs"] == 1
+
+
 def test_a_llama_cpp_upstream_gets_its_own_json_form_and_replies_keep_one_cache_key(
     openai_server, make_gateway, routed, tmp_path, monkeypatch
 ):
