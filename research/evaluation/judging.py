@@ -28,7 +28,7 @@ import openai
 from benchmarks.judge.config import JudgeConfig
 from benchmarks.judge.run import JUDGE_FILE, JudgedEval, judge_metrics, judge_scored_run
 from harness.errors import MemsysError
-from research.evaluation.reader_link import GATEWAY_BASE_URL, short_socket_dir
+from research.evaluation.reader_link import GATEWAY_BASE_URL, short_socket_dir, upstream_traits
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +80,7 @@ def judge_gateway(judge_llm: Any, run_gateway: Any = None, *, reply_cache: bool 
         gateway = LLMGateway(str(llm.base_url), socket_path=sock / JUDGE_SOCKET, api_key=key, model=judge_llm.model,
                              budget=getattr(run_gateway, "budget", None), price_input_per_1m=judge_llm.price_input_per_1m,
                              price_output_per_1m=judge_llm.price_output_per_1m, cache=cache, cache_tag=tag,
-                             upstream_dialect="llama_cpp" if judge_llm.backend == "local" else "openai",
-                             upstream_logprobs=judge_llm.backend != "local" or judge_llm.local.logprobs)
+                             **upstream_traits(judge_llm))
         yield stack.enter_context(gateway)
 
 

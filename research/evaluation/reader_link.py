@@ -43,9 +43,15 @@ def open_gateway(cfg: Any, llm: Any, socket_dir: Path, budget: Any = None, promp
     return LLMGateway(str(llm.base_url), socket_path=socket_dir / "llm.sock", api_key=key, model=cfg.model,
                       budget=budget, price_input_per_1m=cfg.price_input_per_1m,
                       price_output_per_1m=cfg.price_output_per_1m, cache=cache,
-                      cache_tag=getattr(llm, "cache_tag", None),
-                      upstream_dialect="llama_cpp" if cfg.backend == "local" else "openai", embedded=embedded,
-                      prompt_cap=prompt_cap, upstream_logprobs=cfg.backend != "local" or cfg.local.logprobs)
+                      cache_tag=getattr(llm, "cache_tag", None), embedded=embedded, prompt_cap=prompt_cap,
+                      **upstream_traits(cfg))
+
+
+def upstream_traits(cfg: Any) -> dict[str, Any]:
+    """How a gateway speaks to the endpoint an ``llm`` config names: the embedded llama.cpp server takes its own
+    JSON form, and, started without per-token logits (``llm.local.logprobs``), no request for log-probabilities."""
+    local = cfg.backend == "local"
+    return {"upstream_dialect": "llama_cpp" if local else "openai", "upstream_logprobs": not local or bool(cfg.local.logprobs)}
 
 
 def short_socket_dir() -> Path:

@@ -710,3 +710,14 @@ def test_a_prompt_over_the_runs_reader_budget_is_refused_before_the_cache_and_th
 
     claimed = _failure(FailureClass.API_ERROR, "LLM server error (HTTP 500)", code_changed=True)
     assert _check_endpoint_claim(claimed, gw, GatewayUsage(), True).cls is FailureClass.RUNTIME_ERROR
+
+
+def test_upstream_traits_follow_the_llm_config():
+    """Both gateways (reader and judge) read how to speak to their endpoint from the one llm config."""
+    from research.evaluation.reader_link import upstream_traits
+
+    embedded = client_cfg(backend="local")
+    assert upstream_traits(embedded) == {"upstream_dialect": "llama_cpp", "upstream_logprobs": False}
+    embedded.local.logprobs = True
+    assert upstream_traits(embedded)["upstream_logprobs"] is True
+    assert upstream_traits(client_cfg(backend="openai")) == {"upstream_dialect": "openai", "upstream_logprobs": True}
