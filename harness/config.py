@@ -17,6 +17,20 @@ from omegaconf.errors import OmegaConfBaseException
 from harness.errors import ConfigError
 from harness.paths import config_dir
 
+#: words YAML 1.1 (and so OmegaConf's loader) reads as booleans, besides true/false
+_YAML11_BOOL_WORDS = frozenset({"on", "off", "yes", "no"})
+
+
+def override_value(raw: str) -> Any:
+    """The value of one ``key=value`` override's text, parsed as YAML except the words YAML 1.1 turns into
+    booleans: they stay strings. Why: a string lever's ``answer.abstain=off`` was parsed as False and
+    stored as the string 'False', a value outside the lever's choices (the Optuna study dropped it and
+    the lever list showed it). A bool field still takes 'off': OmegaConf converts the word itself."""
+    text = raw.strip()
+    if text.lower() in _YAML11_BOOL_WORDS:
+        return text
+    return OmegaConf.create(f"v: {text}").v
+
 
 def validate(schema: type, node: Any, where: str = "config") -> Any:
     """Merge ``node`` into the structured ``schema``; unknown keys and wrong types raise."""

@@ -111,6 +111,22 @@ POLICIES: dict[FailureClass, FailurePolicy] = {
 #: failure tables leave them out)
 PRE_EVALUATION_REJECTIONS = frozenset({FailureClass.IDENTICAL_CONDITIONS, FailureClass.NO_EFFECT})
 
+#: what a change to the config alone can cause by itself: such a failure marks the config infeasible (the Optuna
+#: study draws its region less), where an infrastructure failure or a refused proposal says nothing of the config
+CONFIG_FAILURES = frozenset({FailureClass.RUNTIME_ERROR, FailureClass.TIMEOUT, FailureClass.OOM_KILLED,
+                             FailureClass.FORMAT_MISMATCH, FailureClass.INVALID_METRIC})
+
+
+def infeasible_config(failure: Mapping[str, Any] | None, edited_paths: Sequence[str]) -> bool:
+    """Whether an experiment's final failure (``Failure.to_dict()``) is its config's own: the candidate's
+    (not our side's) failure, of a kind in ``CONFIG_FAILURES``, after a change that edited nothing but
+    ``configs/memory/`` (a code edit's NameError says nothing about the config it ran with)."""
+    if not failure or failure.get("is_infrastructure"):
+        return False
+    code_edited = any(not _norm(p).startswith("configs/memory/") for p in edited_paths)
+    return not code_edited and failure.get("cls") in {c.value for c in CONFIG_FAILURES}
+
+
 #: `kind` of memsys.errors classes -> failure class (a test checks every kind is mapped)
 KIND_TO_CLASS: dict[str, FailureClass] = {
     "auth": FailureClass.AUTH,

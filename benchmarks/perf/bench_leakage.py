@@ -212,13 +212,15 @@ def overrides_added(repo: Path, overrides: list[str]) -> AddedFile:
     """What the loop's config overrides add to the preset: it rewrites the whole file with OmegaConf."""
     from omegaconf import OmegaConf
 
+    from harness.config import override_value
+
     path = repo / PRESET
     old = path.read_text(encoding="utf-8")
     cfg = OmegaConf.load(path)
     for ov in overrides:
         key, value = ov.split("=", 1)
         try:
-            OmegaConf.update(cfg, key.strip().removeprefix("memory."), OmegaConf.create(f"v: {value.strip()}").v,
+            OmegaConf.update(cfg, key.strip().removeprefix("memory."), override_value(value),
                              force_add=True)
         except Exception:  # noqa: BLE001 - a malformed override the loop refuses too: it writes nothing
             continue

@@ -436,6 +436,8 @@ def resolve(cfg: MemoryConfig, overrides: Sequence[str]) -> MemoryConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from harness.config import override_value
+
     node = OmegaConf.structured(cfg)
     OmegaConf.set_struct(node, True)
     for ov in overrides:
@@ -443,7 +445,7 @@ def resolve(cfg: MemoryConfig, overrides: Sequence[str]) -> MemoryConfig:
         try:
             if OmegaConf.select(node, key, default=_MISSING) is _MISSING:
                 raise ConfigError(f"override {ov!r}: unknown key '{key}'")
-            OmegaConf.update(node, key, OmegaConf.create(f"v: {raw}").v, merge=True)
+            OmegaConf.update(node, key, override_value(raw), merge=True)
         except OmegaConfBaseException as exc:
             raise ConfigError(f"override {ov!r}: {str(exc).splitlines()[0]}") from exc
     return OmegaConf.to_object(node)
@@ -470,11 +472,12 @@ def expand_macros(overrides: Sequence[str]) -> list[str]:
 def _parse_value(raw: str, override: str) -> Any:
     """A value as YAML reads it (as research/workspace/edits.py writes it into a preset)."""
     import yaml
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from harness.config import override_value
+
     try:
-        return OmegaConf.create(f"v: {raw}").v
+        return override_value(raw)
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         raise ProposalFormatError(f"override {override!r}: {str(exc).splitlines()[0]}") from exc
 

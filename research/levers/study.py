@@ -7,6 +7,15 @@ journal the LLM reads, and a killed run cannot leave the study and the journal d
 Asked trials are only a source of suggestions; they are closed as FAIL at once (TPE ignores
 them) and the evaluated config is added when its record is written.
 
+A config that failed on its own account (``add_infeasible``: the candidate's error, a change to the config
+alone) enters as a PRUNED trial that violates the constraint ``INFEASIBLE``. Optuna's TPE ranks every
+constraint-violating trial below every feasible one, where a FAIL trial teaches TPE nothing: session 38's reader
+run drew confidence abstention (which needs log-probabilities the server did not keep) in five failed experiments.
+Replayed from that run's journal (research/perf/bench_infeasible.py, docs/results.md), TPE's next 40 draws
+needing log-probabilities went from 30 to 24 with one to three such trials and from 30 to 0 with four. It is a
+nudge, not a ban, so an option the endpoint cannot serve is best held (``research.fixed_levers``).
+The trial carries no objective value, so nothing reads it as a score.
+
 With ``research.study.storage`` set, the evaluated trials are also written to a persistent Optuna
 storage (a journal file on a shared filesystem, or a database) under the study's name, each tagged
 with its run and experiment, and trials other drivers wrote there are pulled in before every
@@ -58,6 +67,8 @@ ORIGIN = "memsys_origin"
 #: what ``research.objectives`` may name, with the direction the study optimizes it in: ``quality`` is the run's
 #: objective (``objective``, what acceptance tests), ``context_tokens`` the mean context tokens the scorer counted
 OBJECTIVE_DIRECTIONS = {"quality": "maximize", "context_tokens": "minimize"}
+#: the constraint a config that failed on its own account violates (Optuna: a value above 0 is infeasible)
+INFEASIBLE = "config_failed"
 #: the metrics.json key each cost objective reads (quality is the record's objective value)
 COST_METRICS = {"context_tokens": "context_tokens"}
 
@@ -165,10 +176,19 @@ class SharedStudy:
         """The values the study can hold: field levers it knows, inside their ranges."""
         return {k: v for k, v in values.items() if k in self.distributions and _within(self.distributions[k], v)}
 
-    def _add_local(self, params: dict[str, Any], values: Sequence[float], origin: str) -> None:
-        trial = self._optuna.trial.create_trial(params=params, distributions={k: self.distributions[k] for k in params},
-                                                values=list(values), user_attrs={ORIGIN: origin})
-        self.study.add_trial(trial)
+    def _trial(self, params: dict[str, Any], values: Sequence[float] | None, origin: str) -> Any:
+        """A finished trial: COMPLETE with its values, or (values None) PRUNED and infeasible."""
+        state = self._optuna.trial.TrialState
+        trial = self._optuna.trial.create_trial(
+            params=params, distributions={k: self.distributions[k] for k in params},
+            values=None if values is None else list(values), user_attrs={ORIGIN: origin},
+            state=state.COMPLETE if values is not None else state.PRUNED)
+        if values is None:
+            trial.set_constraint(INFEASIBLE, 1.0)
+        return trial
+
+    def _add_local(self, params: dict[str, Any], values: Sequence[float] | None, origin: str) -> None:
+        self.study.add_trial(self._trial(params, values, origin))
         self._seen.add(origin)
         self.n_added += 1
 
@@ -176,32 +196,38 @@ class SharedStudy:
         """One evaluated config (any proposer) with its objective value (one per objective: ``values_of``);
         experiment ``index`` of this run names it in a shared storage, where it is written once however
         often the run resumes."""
+        self._add(cfg, self._values(value), index)
+
+    def add_infeasible(self, cfg: MemoryConfig, index: int | None = None) -> None:
+        """A config that failed on its own account: TPE draws its region less from now on (module docstring).
+        The caller decides what counts (research.failures.infeasible_config)."""
+        self._add(cfg, None, index)
+
+    def _add(self, cfg: MemoryConfig, values: list[float] | None, index: int | None) -> None:
         origin = f"{self.run_id}/{index}" if index is not None else f"{self.run_id}/added-{self.n_added}"
         if origin in self._seen:
             return
-        values = self._values(value)
         params = self._params(params_of(cfg, self.levers))  # outside a lever's range: the study cannot hold it
         self._add_local(params, values, origin)
         if self.shared is not None and origin not in self._shared_origins():
-            trial = self._optuna.trial.create_trial(
-                params=params, distributions={k: self.distributions[k] for k in params}, values=values,
-                user_attrs={ORIGIN: origin})
-            self.shared.add_trial(trial)
+            self.shared.add_trial(self._trial(params, values, origin))
 
     def _shared_origins(self) -> set[str]:
         return {str(t.user_attrs.get(ORIGIN)) for t in self.shared.get_trials(deepcopy=False)} if self.shared else set()
 
     def pull(self) -> int:
-        """Add the shared storage's evaluated trials this study has not seen (other drivers'); how many."""
+        """Add the shared storage's evaluated and infeasible trials this study has not seen (other drivers');
+        how many."""
         if self.shared is None:
             return 0
-        done = self._optuna.trial.TrialState.COMPLETE
+        state = self._optuna.trial.TrialState
         new = 0
-        for t in self.shared.get_trials(deepcopy=False, states=(done,)):
+        for t in self.shared.get_trials(deepcopy=False, states=(state.COMPLETE, state.PRUNED)):
             origin = str(t.user_attrs.get(ORIGIN) or f"foreign/{t.number}")
-            if origin in self._seen or t.values is None:
+            infeasible = t.state == state.PRUNED and t.constraints.get(INFEASIBLE, 0.0) > 0
+            if origin in self._seen or (t.values is None and not infeasible):
                 continue
-            self._add_local(self._params(t.params), t.values, origin)
+            self._add_local(self._params(t.params), None if infeasible else t.values, origin)
             new += 1
         return new
 

@@ -30,7 +30,7 @@ from research.config import RunSetup, resume_overrides, run_setup_from_dict, stu
 from research.errors import ProposalFormatError, RunStateError
 from research.evaluation.commit_evals import Evaluations
 from research.evaluation.two_half import EvalOutcome
-from research.failures import one_line
+from research.failures import infeasible_config, one_line
 from research.journal.tracking import finish_parent_run, log_experiment, start_parent_run
 from research.journal.trajectory import ExperimentRecord, append_record, measured_with_key, resume_journal
 from research.loop.commits import CommitView, start_commit
@@ -268,19 +268,32 @@ class ResearchLoop:
     def evaluated_with_key(self, key: str) -> ExperimentRecord | None:
         return measured_with_key(self.records, key)
 
-    def _rebuild_study(self) -> Any:
+    def _rebuild_study(self, records: Sequence[ExperimentRecord] | None = None, *, learn_infeasible: bool = True,
+                       storage: bool = True) -> Any:
+        """The run's study from its journal (``records``: a prefix of it, for research/perf/bench_infeasible.py,
+        which also compares it without the infeasible trials and without the shared storage)."""
         from research.levers.study import SharedStudy
 
         rc = self.setup.research
-        study = SharedStudy(seed=rc.seed, storage=rc.study.storage, name=study_name(self.setup), run_id=self.run_id,
-                            objectives=rc.objectives)
-        for rec in self.records:
-            self._study_add(rec, study)
+        study = SharedStudy(seed=rc.seed, storage=rc.study.storage if storage else None, name=study_name(self.setup),
+                            run_id=self.run_id, objectives=rc.objectives)
+        for rec in self.records if records is None else records:
+            self._study_add(rec, study, learn_infeasible=learn_infeasible)
         return study
 
-    def _study_add(self, rec: ExperimentRecord, study: Any = None) -> None:
+    def _study_add(self, rec: ExperimentRecord, study: Any = None, *, learn_infeasible: bool = True) -> None:
+        """An evaluated record teaches the study its values; one whose config failed on its own account
+        (research.failures.infeasible_config) teaches it that the config is infeasible."""
         study = study or self.study
-        if study is None or rec.objective_value is None or not rec.commit or rec.decision in ("failed", "rejected"):
+        if study is None or not rec.commit:
+            return
+        if (learn_infeasible and rec.decision == "failed"
+                and infeasible_config(rec.failure, [e.get("path", "") for e in rec.edits])):
+            cfg = self.commits.config_at(rec.commit)
+            if cfg is not None:
+                study.add_infeasible(cfg, rec.index)
+            return
+        if rec.objective_value is None or rec.decision in ("failed", "rejected"):
             return
         cfg = self.commits.config_at(rec.commit)
         values = study.values_of(rec.objective_value, rec.metrics)  # research.objectives, from the journal

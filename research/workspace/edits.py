@@ -70,6 +70,7 @@ def apply_config_overrides(root: Path, preset: str, overrides: Sequence[str], su
         return []
     from omegaconf import OmegaConf
 
+    from harness.config import override_value
     from memsys.config import MemoryConfig, validate
 
     rel = f"configs/memory/{preset}.yaml"
@@ -84,8 +85,7 @@ def apply_config_overrides(root: Path, preset: str, overrides: Sequence[str], su
         if key.startswith("memory."):
             key = key[len("memory."):]
         try:
-            parsed = OmegaConf.create(f"v: {value.strip()}")
-            OmegaConf.update(cfg, key, parsed.v, force_add=True)
+            OmegaConf.update(cfg, key, override_value(value), force_add=True)
         except Exception as exc:
             raise EditApplyError(f"config override {ov!r}: {str(exc).splitlines()[0]}") from exc
     try:

@@ -25,6 +25,7 @@ from research.failures import (
     classify_result,
     edited_location,
     format_error_line,
+    infeasible_config,
     parse_traceback,
 )
 
@@ -339,3 +340,16 @@ def test_typed_error_traceback_without_error_line():
     assert failure.cls is FailureClass.INFRASTRUCTURE and failure.severity == "fatal"
     proc = run_python("from harness.errors import LLMAuthError\nraise LLMAuthError('403 from embeddings endpoint')")
     assert classify(proc).cls is FailureClass.AUTH
+
+
+def test_only_a_config_only_change_that_failed_on_its_own_account_is_an_infeasible_config() -> None:
+    own = classify_exception(memsys_errors.ConfigError("answer.abstain=confidence needs llm.local.logprobs=true"),
+                             code_changed=True).to_dict()
+    assert own["cls"] == "runtime_error" and not own["is_infrastructure"]
+    assert infeasible_config(own, [])  # TPE's draw: config overrides alone
+    assert infeasible_config(own, ["configs/memory/naive.yaml"])  # the researcher edited the preset
+    assert not infeasible_config(own, ["memsys/retrieve/merge.py"])  # a code edit: the code is at fault
+    ours = classify_exception(memsys_errors.DatasetError("no such file"), code_changed=True).to_dict()
+    assert ours["is_infrastructure"] and not infeasible_config(ours, [])
+    refused = {"cls": FailureClass.LEAKAGE.value, "is_infrastructure": False}
+    assert not infeasible_config(refused, []) and not infeasible_config(None, [])

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from memsys.llm.client import LLMClient
+from research.journal.trajectory import ExperimentRecord
+from research.workspace.edits import apply_config_overrides
 from tests.support.openai_server import OpenAITestServer
 
 # scripted researcher proposals on the naive preset (objective context_recall with reader=none)
@@ -71,3 +73,21 @@ def scripted_setup(repo: Path, experiments: int, *extra: str) -> Any:
                            f"research.repo={repo}", "research.proposer=llm", "research.researcher.mode=code",
                            f"research.budget.experiments={experiments}", "research.loop.smoke_sample=null",
                            "workers=1", NEVER_SHOWN_OFF, *extra])
+
+
+_SURFACE = ["memsys/", "configs/memory/"]
+
+
+def commit_overrides(repo: Path, overrides: list[str], message: str) -> str:
+    """A candidate's commit on main: its config overrides written into the preset, as the loop writes them."""
+    apply_config_overrides(repo, "naive", overrides, _SURFACE)
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def journal_record(index: int, commit: str, decision: str, value: float | None = None, failure: dict | None = None,
+                   edits: list[dict] | None = None) -> ExperimentRecord:
+    """One TPE experiment's journal line, as ``resume_journal`` returns it."""
+    return ExperimentRecord(run_id="study", index=index, experiment_id=f"exp-{index:03d}", proposer="optuna",
+                            parent_commit=commit, commit=commit, decision=decision, objective_value=value,
+                            failure=failure, edits=edits or [])

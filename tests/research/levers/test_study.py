@@ -10,7 +10,7 @@ import pytest
 from harness.errors import ConfigError
 from memsys.config import load_memory_config
 from research.levers.catalogue import resolve
-from research.levers.study import ORIGIN, SharedStudy, open_storage
+from research.levers.study import INFEASIBLE, ORIGIN, SharedStudy, open_storage
 from tests.support.loop import git, scripted_setup
 
 
@@ -52,6 +52,41 @@ def test_a_resumed_run_rebuilding_its_study_writes_no_trial_twice(tmp_path: Path
     assert resumed.pull() == 0  # its own trials are not pulled back in
     assert sorted(t.user_attrs[ORIGIN] for t in _shared_trials(spec)) == ["run-a/0", "run-a/1", "run-a/2"]
     assert len(resumed.study.trials) == 3
+
+
+def _abstain_history(study: SharedStudy, naive, *, tell_failures: bool) -> None:
+    """Six experiments, three of them confidence abstention that failed for its config (as without logits)."""
+    for k, abstain in enumerate(["off", "confidence", "off", "confidence", "confidence", "off"]):
+        cfg = resolve(naive, [f"answer.abstain={abstain}", f"retrieval.top_k={10 + k}"])
+        if abstain != "confidence":
+            study.add(cfg, 0.3 + 0.01 * k, k)
+        elif tell_failures:
+            study.add_infeasible(cfg, k)
+
+
+def test_a_config_that_failed_on_its_own_account_is_an_infeasible_trial_never_a_score(naive) -> None:
+    study = SharedStudy(seed=0, n_startup_trials=3, run_id="run")
+    _abstain_history(study, naive, tell_failures=True)
+    infeasible = [t for t in study.study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    # Optuna's TPE ranks a trial whose constraint is above 0 below every feasible one
+    assert len(infeasible) == 3 and all(t.value is None and t.constraints == {INFEASIBLE: 1.0} for t in infeasible)
+    assert all(t.params["answer.abstain"] == "confidence" for t in infeasible)
+    assert study.study.best_trial.params["answer.abstain"] == "off"  # the best is read from feasible trials only
+    assert study.suggest(["answer.abstain"], 7) == study.suggest(["answer.abstain"], 7)  # still seeded per step
+
+
+def test_infeasible_configs_reach_the_shared_study_once_and_the_other_driver(tmp_path: Path, naive) -> None:
+    spec = str(tmp_path / "study.log")
+    a = SharedStudy(seed=0, storage=spec, name="s", run_id="run-a")
+    _abstain_history(a, naive, tell_failures=True)
+    _abstain_history(SharedStudy(seed=0, storage=spec, name="s", run_id="run-a"), naive, tell_failures=True)  # resumed
+    shared = _shared_trials(spec)
+    assert len(shared) == 6 and sum(t.state == optuna.trial.TrialState.PRUNED for t in shared) == 3
+    b = SharedStudy(seed=0, storage=spec, name="s", run_id="run-b")
+    assert b.pull() == 6
+    pulled = [t for t in b.study.trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert sorted(t.params["answer.abstain"] for t in pulled) == ["confidence"] * 3
+    assert all(t.constraints == {INFEASIBLE: 1.0} for t in pulled)
 
 
 def test_a_storage_that_cannot_be_opened_is_one_config_error(tmp_path: Path) -> None:

@@ -159,6 +159,18 @@ def test_config_overrides_written_into_preset(preset_tree: Path) -> None:
     assert cfg.name == "naive"
 
 
+def test_a_string_lever_set_to_off_stays_off_and_a_bool_still_takes_the_word(preset_tree: Path) -> None:
+    """YAML 1.1 reads off/on as booleans: TPE's draw answer.abstain=off once became the string 'False'."""
+    from memsys.config import load_memory_config
+    from research.levers.catalogue import resolve
+
+    apply_config_overrides(preset_tree, "naive", ["answer.abstain=off", "pyramid.enabled=on"], SURFACE)
+    cfg = OmegaConf.load(preset_tree / "configs/memory/naive.yaml")
+    assert cfg.answer.abstain == "off" and cfg.pyramid.enabled == "on"
+    resolved = resolve(load_memory_config("naive"), ["answer.abstain=off", "pyramid.enabled=on", "graph.enabled=no"])
+    assert resolved.answer.abstain == "off" and resolved.pyramid.enabled is True and resolved.graph.enabled is False
+
+
 def test_no_overrides_is_a_noop(preset_tree: Path) -> None:
     before = (preset_tree / "configs/memory/naive.yaml").read_text()
     assert apply_config_overrides(preset_tree, "naive", [], SURFACE) == []
