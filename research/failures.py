@@ -124,7 +124,7 @@ def infeasible_config(failure: Mapping[str, Any] | None, edited_paths: Sequence[
     if not failure or failure.get("is_infrastructure"):
         return False
     code_edited = any(not _norm(p).startswith("configs/memory/") for p in edited_paths)
-    return not code_edited and failure.get("cls") in {c.value for c in CONFIG_FAILURES}
+    return not code_edited and failure.get("cls") in CONFIG_FAILURES  # StrEnum: a class equals its value
 
 
 #: `kind` of memsys.errors classes -> failure class (a test checks every kind is mapped)

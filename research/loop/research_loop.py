@@ -226,7 +226,7 @@ class ResearchLoop:
     def _make_proposers(self) -> dict[str, Proposer]:
         from research.proposers.factory import check_context_fits, make_proposers
 
-        self.study = self._rebuild_study()
+        self.study = self.rebuild_study()
         check_context_fits(self.setup)
         self._proposers = make_proposers(self.setup, self.llms.llm, self.study)
         return self._proposers
@@ -268,7 +268,7 @@ class ResearchLoop:
     def evaluated_with_key(self, key: str) -> ExperimentRecord | None:
         return measured_with_key(self.records, key)
 
-    def _rebuild_study(self, records: Sequence[ExperimentRecord] | None = None, *, learn_infeasible: bool = True,
+    def rebuild_study(self, records: Sequence[ExperimentRecord] | None = None, *, learn_infeasible: bool = True,
                        storage: bool = True) -> Any:
         """The run's study from its journal (``records``: a prefix of it, for research/perf/bench_infeasible.py,
         which also compares it without the infeasible trials and without the shared storage)."""
@@ -287,17 +287,18 @@ class ResearchLoop:
         study = study or self.study
         if study is None or not rec.commit:
             return
-        if (learn_infeasible and rec.decision == "failed"
-                and infeasible_config(rec.failure, [e.get("path", "") for e in rec.edits])):
-            cfg = self.commits.config_at(rec.commit)
-            if cfg is not None:
-                study.add_infeasible(cfg, rec.index)
-            return
-        if rec.objective_value is None or rec.decision in ("failed", "rejected"):
+        infeasible = (learn_infeasible and rec.decision == "failed"
+                      and infeasible_config(rec.failure, [e.get("path", "") for e in rec.edits]))
+        if not infeasible and (rec.objective_value is None or rec.decision in ("failed", "rejected")):
             return
         cfg = self.commits.config_at(rec.commit)
+        if cfg is None:
+            return
+        if infeasible:
+            study.add_infeasible(cfg, rec.index)
+            return
         values = study.values_of(rec.objective_value, rec.metrics)  # research.objectives, from the journal
-        if cfg is not None and values is not None:
+        if values is not None:
             study.add(cfg, values, rec.index)
 
     # ------------------------------------------------------------------ evaluation

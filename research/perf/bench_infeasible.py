@@ -23,7 +23,16 @@ from typing import Any, Sequence
 from harness.bench_output import command, utc_now, write_result
 from harness.paths import runs_dir
 
-NEEDS_LOGPROBS = ("confidence", "or_confidence", "and_confidence")
+
+def _needs_logprobs() -> tuple[str, ...]:
+    """The ``answer.abstain`` values that read the reader's confidence, as memsys decides it."""
+    from memsys.config import AnswerConfig
+    from research.levers.catalogue import lever_by_id
+
+    return tuple(v for v in lever_by_id("answer.abstain").choices if AnswerConfig(abstain=v).abstains_by_confidence())
+
+
+NEEDS_LOGPROBS = _needs_logprobs()
 
 
 def hits(study: Any, lever: str, values: Sequence[str], draws: int, first_seed: int) -> int:
@@ -39,8 +48,8 @@ def measure(loop: Any, lever: str, values: Sequence[str], draws: int) -> list[di
     rows = []
     for end in ends:
         prefix = records[:end]
-        told = loop._rebuild_study(prefix, storage=False)
-        blind = loop._rebuild_study(prefix, learn_infeasible=False, storage=False)
+        told = loop.rebuild_study(prefix, storage=False)
+        blind = loop.rebuild_study(prefix, learn_infeasible=False, storage=False)
         infeasible = sum(t.state.name == "PRUNED" for t in told.study.trials)
         first_seed = 1000 + end  # the same questions of both studies
         rows.append({"records": end, "infeasible_trials": infeasible, "draws": draws,
@@ -50,8 +59,8 @@ def measure(loop: Any, lever: str, values: Sequence[str], draws: int) -> list[di
 
 
 def render(result: dict[str, Any]) -> str:
-    lines = [f"run {result['run']}: next {result['draws']} TPE draws with {result['lever']} in "
-             f"{{{', '.join(result['values'])}}}",
+    lines = [f"run {result['run']}: how many of TPE's next {result['draws']} draws set {result['lever']} to",
+             f"  {', '.join(result['values'])}",
              "| journal prefix | infeasible trials | without them | with them |", "| ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         lines.append(f"| {r['records']} | {r['infeasible_trials']} | {r['hits_without']}/{r['draws']} | "

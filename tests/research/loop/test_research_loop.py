@@ -28,9 +28,9 @@ def test_a_resumed_run_rebuilds_failed_configs_as_infeasible_trials(repo: Path, 
         journal_record(2, edited, "failed", failure=own, edits=[{"path": "memsys/answer/generate.py"}]),  # the code's fault
         journal_record(3, outage, "failed", failure={"cls": "api_error", "is_infrastructure": True}),  # our side's fault
     ]
-    study = loop._rebuild_study()
+    study = loop.rebuild_study()
     trials = study.study.trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
     assert trials[1].params["answer.abstain"] == "confidence" and trials[1].constraints == {INFEASIBLE: 1.0}
     assert trials[1].user_attrs["memsys_origin"] == "study/1"
-    assert loop._rebuild_study().study.trials[1].params == trials[1].params  # the same study on every resume
+    assert loop.rebuild_study().study.trials[1].params == trials[1].params  # the same study on every resume
