@@ -167,6 +167,16 @@ class StudyConfig:
 
     storage: str | None = None
     name: str | None = None  # null: <benchmark>-<split>-<sample>-<objective> (trials are comparable only then)
+    # presets of the run's repo (configs/memory/<name>.yaml) whose lever values TPE's first whole-space draws
+    # take, in order, through Optuna's enqueue_trial; levers the run holds keep the run's values
+    warm_start: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        import re
+
+        bad = [n for n in self.warm_start if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_\-]*", str(n))]
+        if bad:
+            raise ConfigError(f"research.study.warm_start: {bad[0]!r} is not a preset name (configs/memory/<name>.yaml)")
 
 
 @dataclass
@@ -270,9 +280,9 @@ def load_run_setup(overrides: Sequence[str] = (), *, optimizing: bool = True) ->
 #: what ``memsys run --resume <run> key=value`` may change: how long, where and how thriftily the run goes on, not
 #: what it measures (memory, benchmark, sample, objective, reader or proposer would make its records incomparable)
 # research.loop.probe_*: how cheaply a clearly worse candidate is stopped, not how a full evaluation measures;
-# research.fixed_levers: where the search may go next, not how anything is measured
+# research.fixed_levers and research.study.warm_start: where the search may go next, not how anything is measured
 RESUMABLE_KEYS = ("research.budget.", "research.sandbox.", "research.ray.", "research.executor", "workers",
-                  "research.loop.probe_", "research.fixed_levers")
+                  "research.loop.probe_", "research.fixed_levers", "research.study.warm_start")
 
 
 def resume_overrides(raw: dict, overrides: Sequence[str]) -> dict:

@@ -231,12 +231,29 @@ class SharedStudy:
             new += 1
         return new
 
-    def suggest(self, lever_ids: Sequence[str] | None, step_seed: int, absent: Collection[str] = ()) -> dict[str, Any]:
+    def untried(self, points: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, dict[str, Any]] | None:
+        """The first of ``points`` (a name and lever values: ``research.study.warm_start``) that no trial of
+        the study holds yet; None when every one is tried. A point is tried when a trial has each of its
+        values the study can hold: evaluated (so a resumed run, whose study is rebuilt from the journal, does
+        not ask it again), infeasible, or asked in this process."""
+        trials = self.study.get_trials(deepcopy=False)
+        for name, values in points:
+            params = self._params(dict(values))
+            if params and not any(_holds(t, params) for t in trials):
+                return name, dict(values)
+        return None
+
+    def suggest(self, lever_ids: Sequence[str] | None, step_seed: int, absent: Collection[str] = (),
+                enqueue: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """TPE values for ``lever_ids`` (all field levers when None, but those the evaluated memsys lacks:
         ``absent``), seeded per step so that a resumed run asks the same question of the same history (a
-        shared storage adds other drivers' trials to that history first)."""
+        shared storage adds other drivers' trials to that history first). ``enqueue``: values this trial
+        takes as they are (Optuna's ``enqueue_trial``, its way to start a study from known points); a lever
+        it leaves out, or whose value is outside the lever's range, is sampled."""
         self.pull()
         self.study.sampler = self._sampler(step_seed)
+        if enqueue:
+            self.study.enqueue_trial(self._params(dict(enqueue)))
         trial = self.study.ask()
         chosen = [lv for lv in self.levers if (lever_ids is None or lv.id in lever_ids) and lv.id not in absent]
         values = {}
@@ -250,6 +267,12 @@ class SharedStudy:
                 values[lv.id] = round(trial.suggest_float(lv.id, d.low, d.high, log=d.log), 3)
         self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)  # the record adds the real trial
         return values
+
+
+def _holds(trial: Any, params: Mapping[str, Any]) -> bool:
+    """``trial`` has every value of ``params`` (as suggested, or as enqueued and not yet asked)."""
+    have = trial.params or trial.system_attrs.get("fixed_params", {})
+    return all(k in have and have[k] == v for k, v in params.items())
 
 
 def overrides_of(values: dict[str, Any]) -> list[str]:

@@ -23,23 +23,25 @@ class CommitView:
         self._configs: dict[str, Any] = {}
         self._absent: dict[str, frozenset[str]] = {}  # commit -> levers the memsys there lacks
 
-    def config_at(self, commit: str) -> Any:
+    def config_at(self, commit: str, preset: str | None = None) -> Any:
         """The resolved memory config at ``commit`` under this checkout's schema (None when the
-        tree's preset no longer parses with it, e.g. after an edit that added a field)."""
-        if commit not in self._configs:
+        tree's preset no longer parses with it, e.g. after an edit that added a field). ``preset``: another
+        preset of that tree than the run's (``research.study.warm_start``)."""
+        key = commit if preset is None else f"{commit}:{preset}"
+        if key not in self._configs:
             from omegaconf import OmegaConf
 
             from harness.config import validate
             from memsys.config import MemoryConfig
 
             try:
-                node = OmegaConf.create(self.ws.file_at(commit, f"configs/memory/{self.preset}.yaml"))
+                node = OmegaConf.create(self.ws.file_at(commit, f"configs/memory/{preset or self.preset}.yaml"))
                 node.pop("defaults", None)
-                self._configs[commit] = validate(MemoryConfig, OmegaConf.merge(OmegaConf.structured(MemoryConfig), node))
+                self._configs[key] = validate(MemoryConfig, OmegaConf.merge(OmegaConf.structured(MemoryConfig), node))
             except Exception as exc:  # any failure means "not comparable", never a crash
                 log.debug("no resolvable config at %s: %s", commit[:10], exc)
-                self._configs[commit] = None
-        return self._configs[commit]
+                self._configs[key] = None
+        return self._configs[key]
 
     def absent_at(self, commit: str) -> frozenset[str]:
         """Levers of this checkout's catalogue that the memsys at ``commit`` does not declare (a run

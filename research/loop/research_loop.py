@@ -156,6 +156,8 @@ class ResearchLoop:
     # ------------------------------------------------------------------ run
     def run(self) -> LoopState:
         sandbox_info = check_sandbox(self.evals.sandbox(), allow_weak=self.setup.research.sandbox.allow_weak)
+        if not self.resume:
+            self.warm_points(self.ws.head_commit(), frozenset())  # a preset that does not resolve: said before anything
         self._init_state()
         st = self.state
         st.sandbox = sandbox_info
@@ -213,7 +215,8 @@ class ResearchLoop:
             return
         from research.loop.confirm import confirm, describe
 
-        self.on_event("confirm", {"split": cc.split})
+        if st.best_commit != st.base_commit:  # else nothing is evaluated (research.loop.confirm.confirm)
+            self.on_event("confirm", {"split": cc.split})
         record = confirm(self.run_context())
         atomic_write_json(self.paths.confirmation, record)
         self.on_event("confirmed", {"record": record, "line": describe(record)})
@@ -395,9 +398,26 @@ class ResearchLoop:
                  else "(the preset no longer parses with the base schema)")
         ctx = build_context(st, self.records, self.setup, self.preset, self.run_dir, knobs=knobs, mode_rule=st.last_rule)
         ctx.reader_free, ctx.withheld, ctx.absent = reader_free, withheld, absent
+        ctx.warm = self.warm_points(st.base_commit, absent)
         if cfg is not None:
             ctx.memory = cfg
         return ctx
+
+    def warm_points(self, commit: str, absent: frozenset[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """``research.study.warm_start``: each preset's lever values in ``commit``'s tree, but the levers this run
+        holds or its memsys lacks (``absent``). ConfigError names a preset that is not there or does not resolve."""
+        from harness.errors import ConfigError
+        from research.levers.study import field_levers, params_of
+
+        out = []
+        for name in self.setup.research.study.warm_start:
+            cfg = self.commits.config_at(commit, name)
+            if cfg is None:
+                raise ConfigError(f"research.study.warm_start: configs/memory/{name}.yaml is not a preset that "
+                                  f"resolves in {self.ws.root} at {commit[:10]}")
+            values = params_of(cfg, field_levers())
+            out.append((name, {k: v for k, v in values.items() if k not in absent}))
+        return tuple(out)
 
     def _mlflow_parent(self) -> None:
         if self.setup.eval.options.mlflow and not self.state.mlflow_parent_run_id:

@@ -15,6 +15,8 @@ from research.journal.trajectory import Edit, ExperimentRecord
 EXPLORE_HYPOTHESIS = "Explore: TPE samples the whole config space"
 #: proposers whose every proposal is a sampler's draw, never a hypothesis
 SAMPLERS = ("optuna", "random")
+#: how a TPE draw that took a preset's lever values (``research.study.warm_start``) begins its hypothesis
+WARM_HYPOTHESIS = "Warm start: TPE takes the lever values of preset"
 
 
 def is_sampler_draw(rec: ExperimentRecord) -> bool:
@@ -23,20 +25,30 @@ def is_sampler_draw(rec: ExperimentRecord) -> bool:
     in the journal, but a hypothesis of the model's always comes with the levers it chose)."""
     if rec.proposer in SAMPLERS:
         return True
-    return rec.proposer == "hybrid" and not rec.subspace and rec.hypothesis.startswith(EXPLORE_HYPOTHESIS)
+    return rec.proposer == "hybrid" and not rec.subspace and rec.hypothesis.startswith(
+        (EXPLORE_HYPOTHESIS, WARM_HYPOTHESIS))
+
+
+def is_warm_start(rec: ExperimentRecord) -> bool:
+    """A sampler draw that took a named preset's lever values instead of TPE's (research.study.warm_start)."""
+    return is_sampler_draw(rec) and rec.hypothesis.startswith(WARM_HYPOTHESIS)
 
 
 #: where an accepted gain came from (the report's attribution; issue #50)
-GAIN_SOURCES = ("researcher", "researcher's levers, sampler's values", "sampler draw", "repair")
+GAIN_SOURCES = ("researcher", "researcher's levers, sampler's values", "sampler draw", "warm start (a preset's levers)",
+                "repair")
 REPAIR_ACTIONS = ("repair_edit", "revert_import_edit")
 
 
 def gain_source(rec: ExperimentRecord) -> str:
     """Who made the change an experiment measured: a repair when a repair edit (or the revert of an edit's
-    import) is what got it evaluated; else a sampler's draw, the hybrid's levers-by-the-model with values by
-    TPE, or the researcher's own proposal."""
+    import) is what got it evaluated; else a preset's values the run started TPE from (named apart: a gain
+    there was chosen before the run, on dev, not found by it), a sampler's draw, the hybrid's
+    levers-by-the-model with values by TPE, or the researcher's own proposal."""
     if any(isinstance(h, dict) and h.get("action") in REPAIR_ACTIONS for h in rec.healing):
         return "repair"
+    if is_warm_start(rec):
+        return "warm start (a preset's levers)"
     if is_sampler_draw(rec):
         return "sampler draw"
     return "researcher's levers, sampler's values" if rec.proposer == "hybrid" else "researcher"
@@ -93,6 +105,7 @@ class ResearchContext:
     shown_questions: list[str] = field(default_factory=list)  # ids whose gold the diagnosis shows (never-shown check)
     withheld: dict[str, str] = field(default_factory=dict)  # lever id -> why the menu leaves it out now
     absent: frozenset[str] = frozenset()  # levers the evaluated memsys lacks (research.levers.scope.absent_levers)
+    warm: tuple[tuple[str, dict[str, Any]], ...] = ()  # research.study.warm_start: (preset, its lever values)
 
 
 @dataclass(frozen=True)

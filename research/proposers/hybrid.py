@@ -30,8 +30,9 @@ from research.journal.trajectory import ExperimentRecord
 from research.levers.catalogue import coupled_levers, offered_levers
 from research.levers.menu import FAILURE_TARGETS
 from research.levers.study import SharedStudy, field_levers, overrides_of
-from research.proposers.base import EXPLORE_HYPOTHESIS, Proposal, Proposer, ResearchContext, is_sampler_draw
+from research.proposers.base import EXPLORE_HYPOTHESIS, WARM_HYPOTHESIS, Proposal, Proposer, ResearchContext, is_sampler_draw
 from research.proposers.llm import LLMProposer, batch_items, batch_line, batch_schema, share_reply, step_prompt
+from research.proposers.optuna_proposer import whole_space_draw
 
 
 def is_exploration(rec: ExperimentRecord) -> bool:
@@ -131,9 +132,11 @@ class HybridProposer(Proposer):
                 for i, head in enumerate(self._hypotheses(ctx, k))]
 
     def _explore(self, ctx: ResearchContext) -> Proposal:
-        """TPE over every field lever (what research.proposer=optuna asks for at this step seed)."""
-        values = self.study.suggest(None, ctx.seed, absent=ctx.absent)
-        return Proposal(f"{EXPLORE_HYPOTHESIS} (step seed {ctx.seed})", "hyperparameter_tuning",
+        """TPE over every field lever (what research.proposer=optuna asks for at this step seed), or an untried
+        warm-start preset's values."""
+        values, warm = whole_space_draw(self.study, ctx)
+        hypothesis = f"{WARM_HYPOTHESIS} {warm}" if warm else EXPLORE_HYPOTHESIS
+        return Proposal(f"{hypothesis} (step seed {ctx.seed})", "hyperparameter_tuning",
                         "a jump the lever-by-lever hypotheses cannot make", [], overrides_of(values), seed=ctx.seed)
 
     def _tuned(self, ctx: ResearchContext, head: Proposal | None, current: tuple[str, list[str], str] | None) -> Proposal:

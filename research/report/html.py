@@ -205,6 +205,8 @@ def confirmation_html(state: dict[str, Any]) -> str:
             for split, key in (("dev (what the loop saw)", "dev"),
                                (f"{c.get('split', 'test')} / {c.get('sample') or 'full'} (held out)", "test"))]
     rows[1][1] += failed("baseline")
+    if runs.get("baseline", {}).get("skipped"):
+        rows[1][1] += f" <small>(not evaluated: {esc(runs['baseline']['skipped'])})</small>"
     rows[1][2] += failed("best")
     reader = (state.get("reader_check") or {}).get("line")  # `memsys confirm --reader` (research.loop.confirm)
     return (f"<h2>Held-out confirmation</h2><p>{esc(c.get('objective', ''))}: baseline and best commit, dev as the "

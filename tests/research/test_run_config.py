@@ -59,6 +59,8 @@ def test_a_resume_may_change_how_long_and_where_a_run_goes_on_but_not_what_it_me
     assert again.eval.options.workers == 1 and raw["research"]["budget"]["experiments"] == 2  # the saved one is untouched
     held = run_setup_from_dict(resume_overrides(raw, ["research.fixed_levers=[pyramid.budget_tokens]"]))
     assert held.research.fixed_levers == ["pyramid.budget_tokens"]  # where the search goes next, not what it measures
+    warm = run_setup_from_dict(resume_overrides(raw, ["research.study.warm_start=[omni]"]))
+    assert warm.research.study.warm_start == ["omni"]
     for item in ("memory.retrieval.top_k=9", "sample=full", "research.proposer=optuna", "objective=f1", "workers"):
         with pytest.raises(ConfigError, match="would change what the run measures"):
             resume_overrides(raw, [item])

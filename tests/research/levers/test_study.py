@@ -159,3 +159,59 @@ def test_tpe_draws_leave_the_fixed_levers_at_the_runs_values(repo: Path, runs: P
     for r in loop.records:
         cfg = loop.commits.config_at(r.commit)
         assert (cfg.pyramid.budget_tokens, cfg.retrieval.top_k, cfg.retrieval.dense_k) == (1000, 5, 5)
+
+
+def test_a_warm_start_point_is_asked_once_and_counts_as_tried_when_evaluated(naive) -> None:
+    """research.study.warm_start through Optuna's enqueue_trial: the point's values come back as the draw, a
+    value outside its lever's range is left to TPE (Optuna would refuse it), and a point is untried until a
+    trial holds it (asked here, or evaluated: a resumed run's study is rebuilt from the journal)."""
+    from research.levers.study import field_levers, params_of
+
+    omni = params_of(load_memory_config("omni"), field_levers()) | {"pyramid.budget_tokens": 9000}  # range 1000..8000
+    base = params_of(naive, field_levers())
+    points = (("naive", base), ("omni", omni))
+    study = SharedStudy(seed=0)
+    study.add(naive, 0.2, index=0)
+    assert study.untried(points) == ("omni", omni)  # naive is the evaluated baseline: tried
+    drawn = study.suggest(None, 7, enqueue=omni)
+    assert {k: v for k, v in drawn.items() if k != "pyramid.budget_tokens"} == {
+        k: v for k, v in omni.items() if k != "pyramid.budget_tokens"}
+    assert 1000 <= drawn["pyramid.budget_tokens"] <= 8000
+    assert study.untried(points) is None  # asked in this process
+    rebuilt = SharedStudy(seed=0)  # a resume: the journal's evaluated configs only
+    rebuilt.add(naive, 0.2, index=0)
+    assert rebuilt.untried(points) == ("omni", omni)
+    rebuilt.add(resolve(load_memory_config("omni"), ["pyramid.budget_tokens=2000"]), 0.5, index=1)
+    assert rebuilt.untried(points) is None  # every value it can hold is in the evaluated trial
+
+
+@pytest.mark.slow
+def test_a_run_starts_tpe_from_a_warm_start_preset_and_the_report_names_the_gain(repo: Path, runs: Path) -> None:
+    """research.study.warm_start=[omni] from naive: the first draw is omni's lever values but the held ones,
+    the second TPE's own; a gain of the first is attributed to the warm start, not to the search."""
+    from research.loop.research_loop import ResearchLoop
+    from research.proposers.base import WARM_HYPOTHESIS, gain_source
+
+    loop = ResearchLoop(scripted_setup(repo, 2, "research.proposer=optuna", "memory.embedder.backend=hashing",
+                                       "memory.pyramid.budget_tokens=1000", "research.fixed_levers=[pyramid.budget_tokens]",
+                                       "research.study.warm_start=[omni]"), "warm")
+    loop.run()
+    first, second = (r for r in loop.records if r.decision != "baseline")
+    assert first.hypothesis.startswith(f"{WARM_HYPOTHESIS} omni") and gain_source(first).startswith("warm start")
+    assert not second.hypothesis.startswith(WARM_HYPOTHESIS) and gain_source(second) == "sampler draw"
+    cfg, omni = loop.commits.config_at(first.commit), load_memory_config("omni")
+    assert (cfg.retrieval.merge, cfg.answer.abstain_attribution, cfg.pyramid.enabled) == (
+        omni.retrieval.merge, omni.answer.abstain_attribution, omni.pyramid.enabled)
+    assert cfg.pyramid.budget_tokens == 1000  # held at the run's value
+    assert first.decision == "proceed", (first.decision, first.lesson)  # omni's retrieval beats naive's on context recall
+
+
+def test_a_warm_start_preset_the_repo_lacks_is_one_config_error_before_the_run_starts(repo: Path, runs: Path) -> None:
+    from research.loop.research_loop import ResearchLoop
+
+    loop = ResearchLoop(scripted_setup(repo, 1, "research.proposer=optuna", "research.study.warm_start=[omnii]"), "cold")
+    with pytest.raises(ConfigError, match="warm_start: configs/memory/omnii.yaml is not a preset"):
+        loop.run()
+    assert not (runs / "cold").exists()
+    with pytest.raises(ConfigError, match="not a preset name"):
+        scripted_setup(repo, 1, "research.study.warm_start=[../benchmarks/x]")

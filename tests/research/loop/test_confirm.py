@@ -17,7 +17,7 @@ from harness.errors import ConfigError
 from research.config import load_run_setup
 from research.loop.research_loop import ResearchLoop
 from research.report.build import write_report
-from tests.support.loop import IMPROVE, git, scripted_opener, scripted_setup
+from tests.support.loop import DEGRADE, IMPROVE, git, scripted_opener, scripted_setup
 from tests.support.openai_server import OpenAITestServer, Reply
 
 pytestmark = pytest.mark.slow
@@ -68,6 +68,24 @@ def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, loco
     assert all(not r.experiment_id.startswith("confirm") for r in loop.records)
     page = write_report(runs / "conf").read_text()
     assert "Held-out confirmation" in page and "(held out)" in page
+
+
+def test_a_run_that_accepted_nothing_evaluates_nothing_on_test(repo: Path, runs: Path, locomo_path) -> None:
+    """The best commit is the baseline: the verdict is "no gain" whatever test says, so nothing is evaluated
+    there (on a reader run that evaluation cost as long as a candidate's)."""
+    hashing_embedder(repo)
+    with OpenAITestServer() as server:
+        server.enqueue(Reply.of_json(DEGRADE))
+        loop = ResearchLoop(scripted_setup(repo, 1, "research.confirm.enabled=true"), "none",
+                            llm_opener=scripted_opener(server))
+        st = loop.run()
+    assert st.best_commit == st.base_commit and len(loop.records) == 2
+    c = st.confirmation
+    assert c["verdict"]["status"] == "no_gain" and c["test"] == {"baseline": None, "best": None}
+    assert c["runs"]["baseline"]["skipped"] == "nothing accepted"
+    assert not list((runs / "none" / "evals").glob("confirm-*"))
+    assert json.loads((runs / "none" / "confirmation.json").read_text()) == c
+    assert "(not evaluated: nothing accepted)" in write_report(runs / "none").read_text()
 
 
 def test_the_reader_check_answers_base_and_best_on_held_out_questions_beside_the_confirmation(
