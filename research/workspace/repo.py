@@ -47,6 +47,7 @@ import git
 
 from harness.surface import MUTABLE_SURFACE, in_surface
 from research.errors import ForbiddenEditError, WorkspaceError
+from research.workspace import stale_worktrees
 from research.workspace.commit_check import NO_EXEC_DIFF, forbidden_in_commit
 from research.workspace.stale_worktrees import AdminEntry, admin_entries, force_rmtree, inside, stale_ref_locks
 
@@ -419,6 +420,7 @@ class Workspace:
         except git.GitCommandError as exc:
             if branch not in self._run_branches():
                 return  # already gone
+            stale_worktrees.wait_for_shared_locks(Path(self.repo.common_dir))  # a killed git's young packed-refs.lock
             if not self._clear_stale_locks():
                 raise WorkspaceError(f"cannot delete branch {branch}: {git_reason(exc)}") from exc
             with git_errors(f"cannot delete branch {branch}"):

@@ -109,6 +109,25 @@ def stale_ref_locks(common_dir: Path, ref_folders: tuple[str, ...], *, now: floa
     return found
 
 
+def wait_for_shared_locks(common_dir: Path, *, poll_s: float = 0.2) -> None:
+    """Wait until each shared lock is gone or older than ``stale_s`` (then ``stale_ref_locks`` takes it for a
+    killed git's). Why: a resume started right after a kill finds the killed ``git branch -D``'s
+    ``packed-refs.lock`` seconds old, too young to be called stale, and every branch deletion then fails;
+    a live git releases it within milliseconds, so waiting costs nothing unless the lock is a dead one."""
+    common, stale_s = Path(common_dir), STALE_SHARED_LOCK_S
+    deadline = time.time() + stale_s
+    while time.time() < deadline:
+        young = False
+        for name in SHARED_LOCKS:
+            try:
+                young |= time.time() - (common / name).stat().st_mtime <= stale_s
+            except FileNotFoundError:
+                pass
+        if not young:
+            return
+        time.sleep(poll_s)
+
+
 def _make_writable(root: Path) -> None:
     os.chmod(root, stat.S_IRWXU)
     for folder, subfolders, _ in os.walk(root):  # top-down: each folder is opened after its chmod

@@ -416,3 +416,26 @@ def test_reading_commits_and_restoring_a_worktree(repo: Path, ws: Workspace) -> 
     assert (wt.path / "memsys" / "a.py").read_text() == "A = 2\n" and not (wt.path / "memsys" / "new.py").exists()
     ws.restore(wt, base)  # base's files on the experiment's branch
     assert (wt.path / "memsys" / "a.py").read_text() == "A = 1\n" and ws.head_of(wt) == sha
+
+
+def test_a_resume_right_after_a_kill_waits_out_the_killed_gits_packed_refs_lock(
+        repo: Path, ws: Workspace, tmp_path: Path, monkeypatch) -> None:
+    """Found by tests/research/test_resume_kill.py: killed inside ``git branch -D``, git leaves
+    ``packed-refs.lock``, and a resume a second later found it too young to be called a dead git's, so every
+    branch deletion failed. It waits until the lock is old enough (a live git holds it for milliseconds)."""
+    import time
+
+    from research.workspace import stale_worktrees
+
+    base = ws.head_commit()
+    run_git(repo, "branch", "autoresearch/t/exp-001", base)
+    write(tmp_path / "runs" / "worktrees" / "exp-001" / "junk.txt", "x\n")
+    lock = repo / ".git" / "packed-refs.lock"
+    lock.write_text("", encoding="utf-8")  # fresh: the kill was just now
+    with pytest.raises(subprocess.CalledProcessError):
+        run_git(repo, "branch", "-D", "autoresearch/t/exp-001")
+    monkeypatch.setattr(stale_worktrees, "STALE_SHARED_LOCK_S", 4.0)
+    started = time.monotonic()
+    pruned = resumed(repo, tmp_path).prune()
+    assert pruned.branches == ["autoresearch/t/exp-001"] and branches(repo) == [] and not lock.exists()
+    assert time.monotonic() - started < 15
