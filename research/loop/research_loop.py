@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.atomic import atomic_write_json
-from harness.errors import LLMAuthError, MemsysError
+from harness.errors import ConfigError, LLMAuthError, MemsysError
 from harness.paths import REPO_ROOT, runs_dir
 from research.config import RunSetup, resume_overrides, run_setup_from_dict, study_name, user_memory_overrides
 from research.errors import ProposalFormatError, RunStateError
@@ -406,7 +406,6 @@ class ResearchLoop:
     def warm_points(self, commit: str, absent: frozenset[str]) -> tuple[tuple[str, dict[str, Any]], ...]:
         """``research.study.warm_start``: each preset's lever values in ``commit``'s tree, but the levers this run
         holds or its memsys lacks (``absent``). ConfigError names a preset that is not there or does not resolve."""
-        from harness.errors import ConfigError
         from research.levers.study import field_levers, params_of
 
         out = []

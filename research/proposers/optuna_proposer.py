@@ -25,7 +25,7 @@ def whole_space_draw(study: SharedStudy, ctx: ResearchContext) -> tuple[dict[str
         return study.suggest(None, ctx.seed, absent=ctx.absent), None
     name, point = warm
     values = study.suggest(None, ctx.seed, absent=ctx.absent, enqueue=point)
-    return values | {k: v for k, v in point.items() if k not in ctx.absent}, name
+    return values | point, name  # the point has no absent lever (ResearchLoop.warm_points)
 
 
 class OptunaProposer(Proposer):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,6 +38,14 @@ def hashing_embedder(repo: Path) -> None:
     preset = repo / "configs" / "memory" / "naive.yaml"
     preset.write_text(preset.read_text() + "embedder:\n  backend: hashing\n  cache: false\n")
     git(repo, "commit", "-qam", "hashing embedder for the test")
+
+
+def one_experiment(server: OpenAITestServer, repo: Path, proposal: dict, run_id: str) -> tuple[ResearchLoop, Any]:
+    """A run of one scripted proposal with the held-out confirmation on; the server stays the caller's."""
+    server.enqueue(Reply.of_json(proposal))
+    loop = ResearchLoop(scripted_setup(repo, 1, "research.confirm.enabled=true"), run_id,
+                        llm_opener=scripted_opener(server))
+    return loop, loop.run()
 
 
 def test_run_end_confirms_baseline_and_best_on_test(repo: Path, runs: Path, locomo_path) -> None:
@@ -75,10 +84,7 @@ def test_a_run_that_accepted_nothing_evaluates_nothing_on_test(repo: Path, runs:
     there (on a reader run that evaluation cost as long as a candidate's)."""
     hashing_embedder(repo)
     with OpenAITestServer() as server:
-        server.enqueue(Reply.of_json(DEGRADE))
-        loop = ResearchLoop(scripted_setup(repo, 1, "research.confirm.enabled=true"), "none",
-                            llm_opener=scripted_opener(server))
-        st = loop.run()
+        loop, st = one_experiment(server, repo, DEGRADE, "none")
     assert st.best_commit == st.base_commit and len(loop.records) == 2
     c = st.confirmation
     assert c["verdict"]["status"] == "no_gain" and c["test"] == {"baseline": None, "best": None}
@@ -99,10 +105,7 @@ def test_the_reader_check_answers_base_and_best_on_held_out_questions_beside_the
 
     hashing_embedder(repo)
     with OpenAITestServer() as server:
-        server.enqueue(Reply.of_json(IMPROVE))
-        loop = ResearchLoop(scripted_setup(repo, 1, "research.confirm.enabled=true"), "rc",
-                            llm_opener=scripted_opener(server))
-        st = loop.run()
+        loop, st = one_experiment(server, repo, IMPROVE, "rc")
         before = dict(st.confirmation)
         server.handler = lambda body: Reply.ok("7 May 2023")  # the reader: one answer to every question
         loop.setup.eval.options.reader, loop.setup.eval.options.objective = "llm", "auto"
