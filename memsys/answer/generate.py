@@ -124,16 +124,18 @@ def format_hint(question: str, cfg: AnswerConfig) -> str:
 
 def _text_messages(question: str, context: Context, cfg: AnswerConfig) -> list[dict[str, Any]]:
     system, constraints, user = load_prompt(cfg.prompt)
-    before = cfg.constraints_position == "before"
-    if cfg.constraints_position not in ("before", "after"):
-        raise ConfigError(f"answer.constraints_position must be before|after, got {cfg.constraints_position!r}")
+    position = cfg.constraints_position
+    if position not in ("first", "before", "after"):
+        raise ConfigError(f"answer.constraints_position must be first|before|after, got {position!r}")
+    if position == "first":  # the fixed text ahead of everything that changes from question to question
+        system = f"{system}\n\n{constraints}"
     hint = format_hint(question, cfg)
     memories = render_memories(context, cfg)
     text = user.substitute(
         memories=memories or "(no memories)",
         question=question.strip(),
-        constraints_before=constraints if before else "",
-        constraints_after=constraints if not before else "",
+        constraints_before=constraints if position == "before" else "",
+        constraints_after=constraints if position == "after" else "",
         format_hint=hint,
     )
     text = "\n".join(line for line in text.splitlines()).strip()

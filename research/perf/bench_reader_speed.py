@@ -14,10 +14,14 @@ Per variant:
   other workers' calls);
 - **bound**: the mean over the questions of prompt tokens / prompt rate + completion tokens / generation
   rate, both rates measured on the same server in the same run (llama-cpp-python's server returns usage
-  but no timings, so calibration calls measure them before and after the variant: a ``max_tokens=1``
+  but no timings, so calibration calls measure them before and after each variant: a ``max_tokens=1``
   call on a fresh ~1,500-token prompt of LoCoMo turns, and the gaps between the streamed tokens of a
   64-token reply);
 - **ratio** measured / bound;
+- **shared prefix**: the tokens at the start of each request that equal the previous request's (the
+  server keeps their KV cache and evaluates only the rest: llama-cpp-python's prefix match), and the bound
+  without them. A layout that puts the fixed instructions first (``answer.constraints_position=first``)
+  makes them a shared prefix, so its measured time can fall below the bound that counts every token;
 - F1 (and LoCoMo's all_honest), each variant paired against the reference with the loop's test
   (``research.evaluation.stats.paired_test``), and how many answers are identical to the reference's.
 
@@ -128,6 +132,10 @@ class Calibration:
     generation: list[dict[str, Any]] = field(default_factory=list)
     grammar: list[dict[str, Any]] = field(default_factory=list)  # generation under the reader's JSON grammar
 
+    def merged(self, other: "Calibration") -> "Calibration":
+        """Both calibrations' calls: the rates of the span between them (their medians)."""
+        return Calibration(self.prompt + other.prompt, self.generation + other.generation, self.grammar + other.grammar)
+
     @property
     def prompt_rate(self) -> float:
         return statistics.median(c["tokens_per_s"] for c in self.prompt)
@@ -207,24 +215,55 @@ def calibrate(cal: Calibration, client: Any, base_url: str, text: str, when: str
 
 
 # --------------------------------------------------------------------------- answering
+def message_text(messages: Any) -> str:
+    """A request's messages as one string in the order the chat template lays them out (roles included)."""
+    parts = []
+    for m in messages:
+        content = m.get("content", "") if isinstance(m, dict) else str(m)
+        if not isinstance(content, str):  # content parts: their text, in order
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"<{m.get('role', '') if isinstance(m, dict) else ''}>{content}")
+    return "\n".join(parts)
+
+
+def shared_prefix(previous: str, text: str) -> str:
+    """The start ``text`` has in common with ``previous``: what the server need not evaluate again."""
+    n = 0
+    for a, b in zip(previous, text):
+        if a != b:
+            break
+        n += 1
+    return text[:n]
+
+
 class TimedReader:
-    """The reader's client, with the wall time of each call kept per question (the calling thread's)."""
+    """The reader's client, with the wall time of each call kept per question (the calling thread's), and
+    the tokens each call shares at its start with the call before it (the server's reusable prefix)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.cfg = client.cfg
         self._local = threading.local()
         self.calls: dict[str, list[float]] = {}
+        self.shared_tokens: dict[str, int] = {}
+        self._last_text = ""
         self._lock = threading.Lock()
 
     def ask_for(self, question_id: str) -> None:
         self._local.qid = question_id
 
     def chat(self, messages: Any, **kw: Any) -> Any:
+        from memsys.tokens import count_tokens
+
+        qid = getattr(self._local, "qid", "?")
+        text = message_text(messages)
+        with self._lock:  # with W workers the previous request is whichever reached the server last
+            prefix, self._last_text = shared_prefix(self._last_text, text), text
+            self.shared_tokens[qid] = self.shared_tokens.get(qid, 0) + (count_tokens(prefix) if prefix else 0)
         t0 = time.perf_counter()
         reply = self.client.chat(messages, **kw)
         with self._lock:
-            self.calls.setdefault(getattr(self._local, "qid", "?"), []).append(time.perf_counter() - t0)
+            self.calls.setdefault(qid, []).append(time.perf_counter() - t0)
         return reply
 
 
@@ -259,6 +298,7 @@ def answer_variant(v: Variant, view: Any, reader: TimedReader, workers: int, bou
                     rec = fut.result()
                     rec["reader_s"] = round(sum(reader.calls.get(rec["question_id"], [])), 3)
                     rec["reader_calls"] = len(reader.calls.get(rec["question_id"], []))
+                    rec["shared_prefix_tokens"] = reader.shared_tokens.get(rec["question_id"], 0)
                     rec["bound_s"] = round(bound_of(rec), 3)
                     records.append(rec)
                     print(f"[bench_reader_speed] {v.name} {len(records)}/{n_total} {rec['question_id']}: "
@@ -298,6 +338,9 @@ def summarize(records: list[dict[str, Any]], wall_s: float, cal: Calibration, me
     n = len(records)
     ok = [r for r in records if not r.get("error")]
     bound = statistics.mean(r["bound_s"] for r in records) if records else None
+    # the bound when the server evaluates only what a request does not share with the one before it
+    unshared = (statistics.mean(r["bound_s"] - r.get("shared_prefix_tokens", 0) / cal.prompt_rate for r in records)
+                if records else None)
     measured = wall_s / n if n else None
     mean = lambda key: statistics.mean(r.get(key, 0) for r in ok) if ok else None  # noqa: E731
     return {
@@ -305,6 +348,8 @@ def summarize(records: list[dict[str, Any]], wall_s: float, cal: Calibration, me
         "measured_s_per_q": measured, "latency_s_per_q": mean("latency_s"), "reader_call_s_per_q": mean("reader_s"),
         "retrieval_ms_per_q": mean("retrieval_ms"), "bound_s_per_q": bound,
         "ratio": measured / bound if measured and bound else None,
+        "shared_prefix_tokens_per_q": mean("shared_prefix_tokens"), "bound_unshared_s_per_q": unshared,
+        "ratio_unshared": measured / unshared if measured and unshared else None,
         "latency_ratio": (mean("latency_s") or 0) / bound if bound else None,
         "prompt_tokens_per_q": mean("prompt_tokens"), "completion_tokens_per_q": mean("completion_tokens"),
         "reader_calls_per_q": mean("reader_calls"),
@@ -343,8 +388,8 @@ def _fmt(x: Any, digits: int = 1) -> str:
 def render(result: dict[str, Any]) -> str:
     ref = result["reference"]
     obj = objectives(result["benchmark"])
-    head = ["variant", "workers", "n", "measured s/q", "latency s/q", "bound s/q", "ratio", "prompt tok/q",
-            "reply tok/q", "prompt tok/s", "gen tok/s", *obj, f"{obj[0]} vs {ref}", "same answers"]
+    head = ["variant", "workers", "n", "measured s/q", "latency s/q", "bound s/q", "ratio", "shared prefix tok/q",
+            "bound w/o prefix s/q", "prompt tok/q", "reply tok/q", "prompt tok/s", "gen tok/s", *obj, f"{obj[0]} vs {ref}", "same answers"]
     lines = ["| " + " | ".join(head) + " |", "| --- " * len(head) + "|"]
     for name, v in result["variants"].items():
         s = v["summary"]
@@ -355,7 +400,8 @@ def render(result: dict[str, Any]) -> str:
         same = "-" if name == ref else f"{p.get('identical_answers', '-')}/{p.get('n', '-')}"
         lines.append("| " + " | ".join([
             name, str(v["workers"]), str(s["n"]), _fmt(s["measured_s_per_q"]), _fmt(s["latency_s_per_q"]),
-            _fmt(s["bound_s_per_q"]), _fmt(s["ratio"], 2), _fmt(s["prompt_tokens_per_q"], 0),
+            _fmt(s["bound_s_per_q"]), _fmt(s["ratio"], 2), _fmt(s.get("shared_prefix_tokens_per_q"), 0),
+            _fmt(s.get("bound_unshared_s_per_q")), _fmt(s["prompt_tokens_per_q"], 0),
             _fmt(s["completion_tokens_per_q"]), _fmt(s["prompt_tokens_per_s"]), _fmt(s["generation_tokens_per_s"]),
             *(_fmt(s.get(o), 3) for o in obj), vs, same]) + " |")
     return "\n".join(lines)
@@ -414,21 +460,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         with LocalServer(settings) as server:
             client = LLMClient(cfg, base_url=server.base_url, cache_tag=model_identity(model))
             client.chat([{"role": "user", "content": "Hello"}], max_tokens=4)  # pages the weights in
-            cal = Calibration()
-            calibrate(cal, client, server.base_url, text, "before", args.calibration_reps)
+            # a calibration before the group and after each variant: a variant's bound takes the two around
+            # it, so a host whose speed drifts during the run (28 -> 37 prompt tokens/s in session 41) moves
+            # each variant's bound with it
+            points = [Calibration()]
+            calibrate(points[0], client, server.base_url, text, "before", args.calibration_reps)
             done: list[tuple[Variant, list[dict[str, Any]], float, int]] = []
             for v in group:
                 workers = v.workers or args.workers
                 print(f"[bench_reader_speed] {v.name}: {v.preset} {' '.join(v.memory + v.llm + v.server)} "
                       f"workers={workers}, {len(view.question_ids)} questions (load {load_average()})", flush=True)
-                rate = {"p": cal.prompt_rate, "g": cal.generation_rate}  # the bound shown while it runs
+                rate = {"p": points[-1].prompt_rate, "g": points[-1].generation_rate}  # the bound shown while it runs
                 bound_of = lambda r, rate=rate: (r.get("prompt_tokens", 0) / rate["p"]  # noqa: E731
                                                  + r.get("completion_tokens", 0) / rate["g"])
                 records, wall = answer_variant(v, view, TimedReader(client), workers, bound_of)
                 done.append((v, records, wall, workers))
-            calibrate(cal, client, server.base_url, text, "after", args.calibration_reps)
+                points.append(Calibration())
+                calibrate(points[-1], client, server.base_url, text, f"after {v.name}", args.calibration_reps)
             client.close()
-        for v, records, wall, workers in done:  # the bound with both calibrations of the server
+        for k, (v, records, wall, workers) in enumerate(done):  # the bound with the calibrations around the variant
+            cal = points[k].merged(points[k + 1])
             for r in records:
                 r["bound_s"] = r.get("prompt_tokens", 0) / cal.prompt_rate + r.get("completion_tokens", 0) / cal.generation_rate
             records.sort(key=lambda r: view.question_ids.index(r["question_id"]))
@@ -440,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "server_args": list(v.server), "workers": workers, "server_command": server.command()[3:],
                 "calibration": cal.to_json(), "summary": summarize(records, wall, cal, metrics, bench.name),
                 "questions": [{k: r.get(k) for k in ("question_id", "conversation", "answer", "error", "latency_s",
-                                                     "reader_s", "reader_calls", "bound_s", "prompt_tokens",
+                                                     "reader_s", "reader_calls", "bound_s", "shared_prefix_tokens", "prompt_tokens",
                                                      "completion_tokens", "retrieval_ms", "started_s", "finished_s")}
                               for r in records],
             }

@@ -16,6 +16,7 @@ from harness.tokens import count_tokens
 from memsys.answer.generate import ABSTAIN_TEXT, ANSWER_SCHEMA, answer_question, build_messages
 from memsys.answer.hints import TYPE_HINTS
 from memsys.config import LLMConfig
+from memsys.errors import ConfigError
 from memsys.llm.client import LLMClient
 from memsys.memory import Memory
 from memsys.predict import reader_input_digest
@@ -207,3 +208,22 @@ def test_each_prompt_names_the_refusal_its_benchmark_scores(prompt):
     _, constraints, _ = load_prompt(prompt)
     refusals = [q for q in re.findall(r'"([^"]+)"', constraints) if "mention" in q.lower() or "know" in q.lower()]
     assert refusals and all(scores(q) for q in refusals), refusals
+
+
+def test_rules_first_make_every_prompt_start_with_the_same_text(store):
+    """``answer.constraints_position=first``: the rules open the system message, so two questions' prompts
+    share everything up to their memories (the prefix llama.cpp reuses); before/after keep them in the
+    user message, after the memories, where no two questions share them."""
+    cfg, view = reader_view(store, "memory.answer.constraints_position=first")
+    (q1, c1), (q2, c2) = view[0], view[1]
+    first = [build_messages(q1, c1, cfg.answer), build_messages(q2, c2, cfg.answer)]
+    assert first[0][0] == first[1][0] and "Rules:" in first[0][0]["content"]
+    assert all("Rules:" not in m[1]["content"] for m in first)
+    assert all(m[1]["content"].startswith("Memories") for m in first)
+    for position in ("before", "after"):
+        cfg, view = reader_view(store, f"memory.answer.constraints_position={position}")
+        messages = build_messages(*view[0], cfg.answer)
+        assert "Rules:" not in messages[0]["content"] and "Rules:" in messages[1]["content"]
+    cfg, view = reader_view(store, "memory.answer.constraints_position=top")
+    with pytest.raises(ConfigError, match="first|before|after"):
+        build_messages(*view[0], cfg.answer)

@@ -16,6 +16,7 @@ from research.perf.bench_reader_speed import (
     compare,
     parse_variants,
     render,
+    shared_prefix,
     summarize,
 )
 
@@ -50,6 +51,10 @@ def test_measured_is_the_answering_wall_over_n_and_the_ratio_divides_it_by_the_m
     cal = Calibration(prompt=[{"tokens_per_s": 100.0}, {"tokens_per_s": 80.0}],
                       generation=[{"tokens_per_s": 20.0}, {"tokens_per_s": 20.0}])
     assert cal.prompt_rate == 90.0 and cal.generation_rate == 20.0
+    # a variant's rates are the calibrations before and after it, merged (the host may drift between variants)
+    before, after = (Calibration(prompt=[{"tokens_per_s": r}], generation=[{"tokens_per_s": 10.0}]) for r in (28.0, 38.0))
+    assert before.merged(after).prompt_rate == 33.0 and before.merged(after).generation_rate == 10.0
+    assert before.prompt_rate == 28.0  # merging leaves both as they were
     records = [{"question_id": f"q{i}", "latency_s": 40.0, "reader_s": 39.0, "reader_calls": 1,
                 "prompt_tokens": 1800, "completion_tokens": 20, "retrieval_ms": 50.0,
                 "bound_s": 1800 / 90 + 20 / 20} for i in range(4)]
@@ -100,3 +105,30 @@ def test_the_timed_reader_books_each_call_to_the_question_its_thread_asks_for():
         t.join()
     assert {q: len(c) for q, c in reader.calls.items()} == {"a": 1, "b": 2}
     assert reader.cfg is Client.cfg
+
+
+def test_each_call_counts_the_tokens_it_shares_at_its_start_with_the_call_before():
+    """The server reuses the KV cache of a request's start that equals the previous request's: with the rules
+    first, a second question shares the whole system message; the bound without that prefix is smaller."""
+    from memsys.tokens import count_tokens
+
+    class Client:
+        cfg = object()
+
+        def chat(self, messages, **kw):
+            return None
+
+    rules = {"role": "system", "content": "You answer questions. Rules: - be short. - write dates as 8 May 2023."}
+    reader = TimedReader(Client())
+    for qid, question in (("a", "Memories: ...\nQuestion: When?"), ("b", "Memories: ,,,\nQuestion: Who?")):
+        reader.ask_for(qid)
+        reader.chat([rules, {"role": "user", "content": question}])
+    assert reader.shared_tokens["a"] == 0  # nothing came before it
+    assert reader.shared_tokens["b"] >= count_tokens(rules["content"]) > 0
+    assert shared_prefix("abcd", "abxy") == "ab" and shared_prefix("", "abc") == ""
+    cal = Calibration(prompt=[{"tokens_per_s": 100.0}], generation=[{"tokens_per_s": 20.0}])
+    records = [{"question_id": "b", "prompt_tokens": 1000, "completion_tokens": 20, "shared_prefix_tokens": 200,
+                "bound_s": 1000 / 100 + 20 / 20}]
+    s = summarize(records, wall_s=9.0, cal=cal, metrics={}, benchmark="locomo")
+    assert s["bound_s_per_q"] == pytest.approx(11.0) and s["bound_unshared_s_per_q"] == pytest.approx(9.0)
+    assert s["ratio_unshared"] == pytest.approx(1.0) and s["shared_prefix_tokens_per_q"] == 200
