@@ -204,8 +204,8 @@ class AnswerConfig:
                               choices=("summary", "full_text", "both"))
     # first: the rules open the system message, so every question's prompt starts with the same tokens and
     # llama.cpp reuses their KV cache instead of evaluating them again. The default since session 41: on dev
-    # tiny naive 1.6x and omni 1.1x faster with F1 1-4 +0.015 [+0.000, +0.044] and -0.021 [-0.136, +0.096]
-    # (docs/results.md, "Reader speed"); "before" was the default until then
+    # tiny naive answers 1.6x faster (F1 1-4 +0.015 [+0.000, +0.044]); omni's 2,100-token prompts show no
+    # measured difference (F1 1-4 -0.021 [-0.136, +0.096]) (docs/results.md, "Reader speed"); "before" until then
     constraints_position: str = lever("first", "Answer rules first (a prefix shared by every question), or just "
                                       "before or after the question", choices=("first", "before", "after"))
     include_graph_facts: bool = lever(True, "Show the graph's fact lines after the memories")
