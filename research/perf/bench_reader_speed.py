@@ -45,6 +45,7 @@ override (``memory.answer.response_format=false``). Consecutive variants with th
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -228,12 +229,7 @@ def message_text(messages: Any) -> str:
 
 def shared_prefix(previous: str, text: str) -> str:
     """The start ``text`` has in common with ``previous``: what the server need not evaluate again."""
-    n = 0
-    for a, b in zip(previous, text):
-        if a != b:
-            break
-        n += 1
-    return text[:n]
+    return os.path.commonprefix([previous, text])
 
 
 class TimedReader:
